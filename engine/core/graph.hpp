@@ -1,0 +1,54 @@
+#pragma once
+// The planned graph a backend receives whole (as ggml's graph_compute does), so it can fuse nodes
+// or replace the whole network with one kernel. Planning is backend-neutral: value ids, per-sample
+// sizes, consumers, and an activation arena laid out by liveness.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/model.hpp"
+
+namespace engine {
+
+using formats::OpType;
+using formats::Shape;
+
+struct Value {
+  std::string name;
+  Shape shape;               // per sample
+  int64_t elements = 0;      // per sample
+  int producer = -1;         // node index; -1 for the graph input
+  std::vector<int> consumers;  // node indices, ascending
+  int last_use = -1;         // last node index reading it; nodes.size() for graph outputs
+  bool is_output = false;
+  // Where the value lives in the activation arena, in floats per sample of capacity: a backend
+  // planned for max_batch B places the value's [B, elements] block at arena + arena_offset * B.
+  // Aliases (flatten) share their source's offset.
+  int64_t arena_offset = 0;
+  int alias_of = -1;         // value id whose storage this one reinterprets, or -1
+};
+
+struct PlannedNode {
+  const formats::Node* node = nullptr;  // points into Graph::model
+  std::vector<int> inputs;              // value ids
+  int output = -1;                      // value id
+};
+
+struct Graph {
+  std::shared_ptr<const formats::Model> model;
+  std::vector<Value> values;
+  std::vector<PlannedNode> nodes;  // execution order (topological)
+  int input = -1;                  // value id of the (preprocessed) graph input
+  std::vector<int> outputs;        // value ids, in the model's output order
+  int64_t arena_floats_per_sample = 0;
+
+  const Value& value(int id) const { return values.at(id); }
+  int64_t output_elements(size_t i) const { return values.at(outputs.at(i)).elements; }
+};
+
+// Builds the plan: values, consumers, liveness, arena offsets (greedy first-fit by lifetime; a
+// value's block is never reused while a later node may still read it).
+Graph plan_graph(std::shared_ptr<const formats::Model> model);
+
+}  // namespace engine

@@ -1,0 +1,24 @@
+#pragma once
+// Which CUDA device we run on. Any failure of cudaGetDeviceCount (no driver, "CUDA driver version is
+// insufficient", no device) means "no GPU": the reason is kept for the user.
+#include <optional>
+#include <string>
+
+namespace engine::gpu {
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int multiprocessors = 0;
+  size_t global_memory = 0;
+  int driver_version = 0, runtime_version = 0;
+};
+
+// nullopt when a GPU is usable; otherwise the reason none is.
+std::optional<std::string> no_gpu_reason();
+// The current device (index 0 unless CUDA_VISIBLE_DEVICES says otherwise). Throws if none.
+DeviceInfo current_device();
+std::string describe(const DeviceInfo& info);  // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)"
+
+}  // namespace engine::gpu

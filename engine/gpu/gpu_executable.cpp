@@ -1,0 +1,98 @@
+#include "engine/gpu/gpu_executable.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace engine::gpu {
+
+GpuExecutable::GpuExecutable(const Graph& graph, const CompileOptions& options)
+    : graph_(graph), options_(options), max_batch_(options.max_batch) {
+  if (max_batch_ < 1) throw std::invalid_argument("max_batch must be at least 1");
+  const auto& in = graph_.model->input;
+  const size_t B = size_t(max_batch_);
+  arena_ = DeviceBuffer<float>(size_t(graph_.arena_floats_per_sample) * B, "activation arena");
+  // All-ones bytes are a NaN: an element a kernel forgets to write poisons the output visibly.
+  CUDA_CHECK(cudaMemset(arena_.data(), 0xFF, arena_.bytes()));
+
+  const int64_t raw_elements = formats::element_count(in.raw_shape);
+  input_sample_bytes_ = size_t(raw_elements) *
+                        (in.dtype == formats::InputDType::UInt8 ? sizeof(uint8_t) : sizeof(float));
+  pinned_input_ = PinnedBuffer<uint8_t>(input_sample_bytes_ * B, "input staging");
+
+  if (in.dtype == formats::InputDType::UInt8) {
+    const auto& p = *in.preprocess;
+    raw_input_ = DeviceBuffer<uint8_t>(size_t(raw_elements) * B, "raw input");
+    const int C = int(in.raw_shape[0]);
+    std::vector<float> params(p.mean);
+    params.insert(params.end(), p.std.begin(), p.std.end());
+    channel_params_ = DeviceBuffer<float>(params.size(), "preprocess parameters");
+    CUDA_CHECK(cudaMemcpy(channel_params_.data(), params.data(), params.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    preprocess_ = PreprocessShape{C, int(in.raw_shape[1]), int(in.raw_shape[2]),
+                                  p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
+                                  p.scale, p.pad_value,
+                                  channel_params_.data(), channel_params_.data() + C};
+  }
+
+  int64_t total = 0;
+  for (size_t i = 0; i < graph_.outputs.size(); ++i) {
+    output_offsets_.push_back(total);
+    total += graph_.output_elements(i) * int64_t(B);
+  }
+  pinned_output_ = PinnedBuffer<float>(size_t(total), "output staging");
+}
+
+float* GpuExecutable::device_value(int value_id) const {
+  return arena_.data() + graph_.value(value_id).arena_offset * max_batch_;
+}
+
+void GpuExecutable::upload_async(const void* host_input, int n) {
+  if (n < 1 || n > max_batch_)
+    throw std::invalid_argument(fmt::format("batch of {} images outside 1..{}", n, max_batch_));
+  const size_t bytes = input_sample_bytes_ * size_t(n);
+  if (host_input != pinned_input_.data()) std::memcpy(pinned_input_.data(), host_input, bytes);
+  float* dst = device_value(graph_.input);
+  if (graph_.model->input.dtype == formats::InputDType::UInt8) {
+    CUDA_CHECK(cudaMemcpyAsync(raw_input_.data(), pinned_input_.data(), bytes, cudaMemcpyHostToDevice,
+                               stream()));
+    preprocess_uint8(raw_input_.data(), dst, n, preprocess_, stream());
+  } else {
+    CUDA_CHECK(cudaMemcpyAsync(dst, pinned_input_.data(), bytes, cudaMemcpyHostToDevice, stream()));
+  }
+}
+
+void GpuExecutable::download_async(int n) {
+  for (size_t i = 0; i < graph_.outputs.size(); ++i) {
+    const size_t count = size_t(graph_.output_elements(i)) * size_t(n);
+    CUDA_CHECK(cudaMemcpyAsync(pinned_output_.data() + output_offsets_[i], device_value(graph_.outputs[i]),
+                               count * sizeof(float), cudaMemcpyDeviceToHost, stream()));
+  }
+}
+
+void GpuExecutable::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+const float* GpuExecutable::staged_output(size_t i) const {
+  return pinned_output_.data() + output_offsets_.at(i);
+}
+
+void GpuExecutable::run(const void* input, int n, std::span<float* const> outputs) {
+  if (outputs.size() != graph_.outputs.size())
+    throw std::invalid_argument(fmt::format("expected {} output buffers, got {}", graph_.outputs.size(),
+                                            outputs.size()));
+  ev_start_.record(stream());
+  upload_async(input, n);
+  ev_uploaded_.record(stream());
+  forward(n);
+  ev_computed_.record(stream());
+  download_async(n);
+  ev_downloaded_.record(stream());
+  synchronize();
+  for (size_t i = 0; i < outputs.size(); ++i)
+    std::memcpy(outputs[i], staged_output(i), size_t(graph_.output_elements(i)) * size_t(n) * sizeof(float));
+  timings_ = RunTimings{ev_uploaded_.since(ev_start_), ev_computed_.since(ev_uploaded_),
+                        ev_downloaded_.since(ev_computed_)};
+}
+
+}  // namespace engine::gpu

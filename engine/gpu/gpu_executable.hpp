@@ -1,0 +1,57 @@
+#pragma once
+// What both GPU backends share at run time: the device activation arena laid out by the planner,
+// pinned staging for inputs and outputs, one stream, events for timing, upload + preprocessing on
+// the device. A backend derives from it and implements forward(): the nodes, on the stream, with
+// the preprocessed input already in the arena.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "engine/core/backend.hpp"
+#include "engine/gpu/buffers.hpp"
+#include "engine/gpu/preprocess.hpp"
+
+namespace engine::gpu {
+
+class GpuExecutable : public Executable {
+ public:
+  GpuExecutable(const Graph& graph, const CompileOptions& options);
+  ~GpuExecutable() override = default;
+
+  int max_batch() const override { return max_batch_; }
+  void run(const void* input, int n, std::span<float* const> outputs) override;
+  std::optional<RunTimings> last_timings() const override { return timings_; }
+
+  // Pieces of run() for benchmarks that time scopes separately (all asynchronous on stream()).
+  void upload_async(const void* host_input, int n);  // host → pinned → device, then preprocess
+  virtual void forward(int n) = 0;                   // every node; input value already in place
+  void download_async(int n);                        // outputs → pinned staging
+  void synchronize();
+  const float* staged_output(size_t i) const;        // pinned host copy after download + sync
+
+  cudaStream_t stream() const { return stream_.get(); }
+  const Graph& graph() const { return graph_; }
+  // Device pointer of a value's [max_batch, elements] block in the arena.
+  float* device_value(int value_id) const;
+
+ protected:
+  Graph graph_;
+  CompileOptions options_;
+  int max_batch_;
+
+ private:
+  Stream stream_;
+  DeviceBuffer<float> arena_;
+  DeviceBuffer<uint8_t> raw_input_;  // uint8 models: pixels as uploaded
+  DeviceBuffer<float> channel_params_;  // mean then std, per channel
+  PinnedBuffer<uint8_t> pinned_input_;
+  PinnedBuffer<float> pinned_output_;
+  std::vector<int64_t> output_offsets_;  // into pinned_output_, per output, in floats
+  size_t input_sample_bytes_ = 0;
+  PreprocessShape preprocess_;
+  Event ev_start_, ev_uploaded_, ev_computed_, ev_downloaded_;
+  std::optional<RunTimings> timings_;
+};
+
+}  // namespace engine::gpu

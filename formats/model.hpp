@@ -1,0 +1,84 @@
+#pragma once
+// The validated, backend-neutral description of a model (model-format-v1.md). A Model that exists
+// has passed every check: nodes are topologically sorted, every value has its per-sample shape,
+// every tensor is float32 with the shape its node needs. Nothing here knows about execution.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace formats {
+
+using Shape = std::vector<int64_t>;  // per sample: the batch dimension is implicit
+
+int64_t element_count(const Shape& shape);  // product; shapes in a Model never overflow
+std::string shape_to_string(const Shape& shape);  // "[6, 28, 28]"
+
+enum class OpType { Conv2D, AvgPool, MaxPool, Relu, Tanh, Sigmoid, Flatten, Dense, Softmax, Add };
+
+const char* op_name(OpType op);                         // "conv2d", ...
+std::optional<OpType> op_from_name(const std::string&);  // nullopt when unknown
+
+// Attributes of every op in one struct keeps Node simple; each op reads only its own fields.
+struct Window2D {
+  int kernel_h = 1, kernel_w = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+};
+
+struct Tensor {
+  std::string name;
+  Shape shape;                // as stored (not per sample)
+  std::vector<float> values;  // row-major, element_count(shape) entries
+};
+
+struct Node {
+  std::string name;  // also the name of the value it produces
+  OpType op = OpType::Relu;
+  std::vector<std::string> inputs;  // value names
+  // conv2d, avgpool, maxpool
+  Window2D window;
+  int out_channels = 0;            // conv2d
+  bool count_include_pad = true;   // avgpool
+  int units = 0;                   // dense
+  // conv2d and dense: parameters (weight required, bias optional)
+  std::optional<Tensor> weight;
+  std::optional<Tensor> bias;
+  Shape output_shape;  // filled in by the loader's shape propagation
+};
+
+enum class InputDType { UInt8, Float32 };
+
+struct Preprocess {
+  float scale = 1.0f;
+  std::vector<float> mean;  // one per channel
+  std::vector<float> std;   // one per channel
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  float pad_value = 0.0f;
+};
+
+struct InputSpec {
+  std::string name;
+  InputDType dtype = InputDType::UInt8;
+  Shape raw_shape;                       // [C, H, W] of one raw sample as read from data files
+  std::optional<Preprocess> preprocess;  // present iff dtype == UInt8
+  Shape shape;                           // the value the first nodes see (after padding)
+};
+
+struct Model {
+  std::string name;
+  std::string description;
+  std::string source_path;   // graph file the model came from ("" for models built in code)
+  std::string weights_path;  // resolved path of the weights file
+  InputSpec input;
+  std::vector<std::string> labels;   // optional class names
+  std::vector<Node> nodes;           // topologically sorted
+  std::vector<std::string> outputs;  // value names
+
+  const Node* find_node(const std::string& name) const;
+  Shape value_shape(const std::string& value) const;  // input or node output; throws if unknown
+  int64_t parameter_count() const;
+};
+
+}  // namespace formats
