@@ -13,6 +13,9 @@ namespace formats {
 using Shape = std::vector<int64_t>;  // per sample: the batch dimension is implicit
 
 int64_t element_count(const Shape& shape);  // product; shapes in a Model never overflow
+// The product, or nullopt when a dimension is negative or the product overflows int64. For
+// untrusted shapes (files, models built in code before validation).
+std::optional<int64_t> checked_element_count(const Shape& shape);
 std::string shape_to_string(const Shape& shape);  // "[6, 28, 28]"
 
 enum class OpType { Conv2D, AvgPool, MaxPool, Relu, Tanh, Sigmoid, Flatten, Dense, Softmax, Add };
