@@ -26,6 +26,17 @@ namespace engine {
 ${decls}
 void register_builtin_backends(BackendRegistry& registry) {
 ${calls}}
+
+// Lives here, in engine_runtime, so engine_core never depends on the backends (no link cycle).
+BackendRegistry& BackendRegistry::instance() {
+  // Function-local static: built on first use, after every other static is ready, thread-safe.
+  static BackendRegistry registry = [] {
+    BackendRegistry r;
+    register_builtin_backends(r);
+    return r;
+  }();
+  return registry;
+}
 }  // namespace engine
 ")
 endfunction()

@@ -3,10 +3,12 @@
 // a whole planned Graph for a batch capacity into an Executable. Compile does all the expensive,
 // allocating work once (weights to the device, arena, algorithm choice, workspace, pinned staging);
 // Executable::run does none of it.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 #include "engine/core/graph.hpp"
@@ -26,6 +28,29 @@ struct RunTimings {
   double upload_ms = 0, compute_ms = 0, download_ms = 0;
 };
 
+// A point on an executable's timeline, for benchmarks (engine bench). record() marks the moment
+// the work enqueued so far is done: a CUDA event on a GPU executable's stream, a steady-clock
+// reading where calls are synchronous (the CPU).
+class TimePoint {
+ public:
+  virtual ~TimePoint() = default;
+  virtual void record() = 0;
+  // Milliseconds from `start` (made by the same executable) to this point; waits for both.
+  virtual double ms_since(const TimePoint& start) = 0;
+};
+
+class SteadyTimePoint final : public TimePoint {
+ public:
+  void record() override { at_ = std::chrono::steady_clock::now(); }
+  double ms_since(const TimePoint& start) override {
+    const auto& s = dynamic_cast<const SteadyTimePoint&>(start);
+    return std::chrono::duration<double, std::milli>(at_ - s.at_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point at_{};
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -37,6 +62,37 @@ class Executable {
   virtual std::optional<RunTimings> last_timings() const { return std::nullopt; }
   // One line per decision made at compile time (algorithms, workspace), for `engine info`/logs.
   virtual std::string plan_summary() const { return {}; }
+
+  // Staged execution, for benchmarks that time scopes apart (engine bench): run() is stage_input,
+  // compute, fetch_outputs, synchronize, then a copy out of staged_output(). On a GPU each call only
+  // enqueues work on the executable's stream; synchronize() waits for it. A backend that does not
+  // implement them keeps staged() false and the calls throw std::logic_error.
+  virtual bool staged() const { return false; }
+  // Host memory for max_batch() raw samples that stage_input reads fastest (pinned on GPU
+  // backends), or nullptr when any host memory does as well.
+  virtual void* input_staging() { return nullptr; }
+  // n raw samples become the input of the next compute(n) (GPU: host to device, then the
+  // preprocessing kernel). `input` must stay valid until compute(n) has run.
+  virtual void stage_input(const void* /*input*/, int /*n*/) { not_staged(); }
+  // Every node on the staged input: the "compute only" scope of engine bench.
+  virtual void compute(int /*n*/) { not_staged(); }
+  // Outputs of the last compute(n) to host memory, readable through staged_output(i) (n *
+  // graph.output_elements(i) floats) once synchronize() has returned.
+  virtual void fetch_outputs(int /*n*/) { not_staged(); }
+  virtual const float* staged_output(size_t /*i*/) const { not_staged(); }
+  virtual void synchronize() {}
+  virtual std::unique_ptr<TimePoint> make_time_point() { return std::make_unique<SteadyTimePoint>(); }
+  // Replay compute(n) from a CUDA graph captured once per n (GPU backends). Returns why not when the
+  // backend cannot (or on = false: back to plain launches, always possible).
+  virtual std::optional<std::string> use_graph_replay(bool on) {
+    if (on) return std::string("this backend has no graph replay");
+    return std::nullopt;
+  }
+
+ private:
+  [[noreturn]] static void not_staged() {
+    throw std::logic_error("this backend does not implement staged execution (stage_input/compute/fetch_outputs)");
+  }
 };
 
 class Backend {

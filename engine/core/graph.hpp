@@ -51,4 +51,12 @@ struct Graph {
 // value's block is never reused while a later node may still read it).
 Graph plan_graph(std::shared_ptr<const formats::Model> model);
 
+// Plan-time resource limits (formats/README.md, "Resource limits"). A model that follows the format
+// (which allows per-sample values of up to 2^31 - 1 elements) can still ask for absurd memory or
+// work, e.g. a weight-free maxpool with a 65536 x 65536 window and padding just under it: a few
+// hundred bytes of JSON. plan_graph refuses such a model with a clear std::invalid_argument instead
+// of letting a backend allocate gigabytes or compute for days.
+inline constexpr int64_t kMaxArenaFloatsPerSample = int64_t{1} << 28;   // 1 GiB of float32 activations
+inline constexpr int64_t kMaxMultiplyAddsPerSample = int64_t{1} << 36;  // about 6.9e10
+
 }  // namespace engine

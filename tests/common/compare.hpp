@@ -1,25 +1,41 @@
 #pragma once
 // Runs one model on two backends (the reference is "cpu") with NaN-poisoned output buffers and
-// reports the worst relative error; used by every backend's op tests.
+// reports the worst errors; used by every backend's op tests.
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/core/backend.hpp"
 #include "formats/model.hpp"
 
 namespace testing_support {
 
 struct Comparison {
   double max_abs_error = 0;
-  double max_rel_error = 0;  // |a - b| / max(|b|, 1e-3)... see compare.cpp for the exact rule
-  size_t unwritten = 0;      // NaN elements left in the tested backend's output
-  size_t elements = 0;
+  // Per element |a - b| / max(|ref|, 1e-2 * peak, 1e-6), peak = the largest |ref| of that output
+  // over the batch. A dot product's rounding error scales with the size of its terms, not of its
+  // possibly cancelled result, so an element near zero is judged against the output's own scale;
+  // an indexing bug still shows as an error near 1.
+  double max_rel_error = 0;
+  size_t unwritten = 0;   // NaN elements left in the tested backend's output (buffers start as NaN)
+  size_t elements = 0;    // compared elements, all outputs together
+  size_t argmax_mismatches = 0;  // samples whose first output's argmax differs from the reference
+  std::string worst;      // where max_rel_error was seen: "output 'y' sample 3 element 17: 0.5 vs 0.49"
 };
 
 // Runs `model` on backend `name` and on "cpu" for `batch` samples of `input` (raw dtype of the
-// model: uint8 or float32 bytes), compares every output.
+// model: uint8 or float32 bytes), compiling both for `max_batch`, and compares every output.
+// Throws when a backend cannot be created or compiled, or when the reference itself yields NaN.
 Comparison compare_with_cpu(const std::shared_ptr<formats::Model>& model, const std::string& name,
-                            const void* input, int batch, int max_batch);
+                            const void* input, int batch, int max_batch,
+                            const engine::CompileOptions& options = {});
+
+// Runs `model` on backend `name` (compiled for max_batch) and returns every output, each
+// [batch, elements], starting from NaN-filled buffers.
+std::vector<std::vector<float>> run_backend(const std::shared_ptr<formats::Model>& model, const std::string& name,
+                                            const void* input, int batch, int max_batch,
+                                            const engine::CompileOptions& options = {});
 
 // Why backend `name` cannot run here (not built, no GPU), or "" when it can.
 std::string backend_unavailable_reason(const std::string& name);

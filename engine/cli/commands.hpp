@@ -1,0 +1,39 @@
+#pragma once
+// The engine's subcommands. Each takes its parsed options and returns the process exit code;
+// errors are thrown (main() turns them into one line on stderr and exit code 1).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace engine::cli {
+
+struct RunOptions {
+  std::string model;
+  std::string data;
+  std::string labels;        // empty: look for MNIST-named labels beside the data
+  std::string backend;       // empty: the best available
+  int batch = 256;
+  std::optional<int64_t> limit;
+  std::string output;        // "index class probability" lines
+  std::string dump_outputs;  // first output as float32 .npy
+  bool json = false;
+  std::string precision = "fp32";
+  bool nondeterministic = false;
+};
+
+struct InfoOptions {
+  std::string model;
+};
+
+struct ShowOptions {
+  std::string data;
+  int64_t index = 0;
+  std::string labels;
+};
+
+int run_command(const RunOptions& options);
+int info_command(const InfoOptions& options);
+int show_command(const ShowOptions& options);
+int backends_command();
+
+}  // namespace engine::cli

@@ -1,0 +1,103 @@
+// The `engine` command: parse arguments, set up logging, dispatch, turn every error into one line.
+// Exit codes: 0 success, 2 usage error, 1 any other error.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "engine/cli/commands.hpp"
+#include "engine/core/registry.hpp"
+#include "formats/error.hpp"
+
+namespace {
+
+// Messages may quote file contents or nested errors; a single line keeps stderr greppable.
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+std::string backend_names() {
+  std::string names;
+  for (const auto& e : engine::BackendRegistry::instance().entries()) names += (names.empty() ? "" : ", ") + e.name;
+  return names;
+}
+
+void setup_logging(bool verbose, bool quiet) {
+  // stderr only: stdout carries results (and --json), which scripts parse.
+  auto logger = spdlog::stderr_color_mt("engine");
+  logger->set_pattern("%^%l%$: %v");
+  logger->set_level(verbose ? spdlog::level::debug : quiet ? spdlog::level::warn : spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cnn-engine: classify images with a small CNN on the CPU or a GPU"};
+  app.set_version_flag("--version", ENGINE_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();  // -v/-q also after the subcommand
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "error: " + one_line(e.what()) + " (see --help)\n";
+  });
+  bool verbose = false, quiet = false;
+  app.add_flag("-v,--verbose", verbose, "Log debug details (plan decisions) to stderr");
+  app.add_flag("-q,--quiet", quiet, "Log only warnings and errors");
+
+  engine::cli::RunOptions run;
+  auto* run_cmd = app.add_subcommand("run", "Classify every image of DATA with MODEL");
+  run_cmd->add_option("MODEL", run.model, "Model graph file (format v1 .json)")->required();
+  run_cmd->add_option("DATA", run.data, "IDX images (raw or .gz) or one PNG/JPEG/PGM image")->required();
+  run_cmd->add_option("--labels", run.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
+  run_cmd->add_option("--backend", run.backend, "Backend: " + backend_names() + " (default: best available)");
+  run_cmd->add_option("--batch", run.batch, "Images per batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  run_cmd->add_option("--limit", run.limit, "Classify only the first N images")->check(CLI::PositiveNumber);
+  run_cmd->add_option("--output", run.output, "Write 'index class probability' lines to FILE");
+  run_cmd->add_flag("--json", run.json, "Print a JSON summary on stdout instead of the text report");
+  run_cmd->add_option("--dump-outputs", run.dump_outputs, "Write the first output [N, K] as float32 .npy");
+  run_cmd->add_option("--precision", run.precision, "fp32, or tf32 (GPU tensor cores; less exact)")
+      ->check(CLI::IsMember({"fp32", "tf32"}))
+      ->capture_default_str();
+  run_cmd->add_flag("--nondeterministic", run.nondeterministic,
+                    "Allow backends algorithms whose results vary in the last bits from run to run");
+
+  engine::cli::InfoOptions info;
+  auto* info_cmd = app.add_subcommand("info", "Show a model's layers, parameters, input and the backends here");
+  info_cmd->add_option("MODEL", info.model, "Model graph file (format v1 .json)")->required();
+
+  engine::cli::ShowOptions show;
+  auto* show_cmd = app.add_subcommand("show", "Print one image of DATA as ASCII art");
+  show_cmd->add_option("DATA", show.data, "IDX images (raw or .gz) or one PNG/JPEG/PGM image")->required();
+  show_cmd->add_option("--index", show.index, "Which image (from 0)")->capture_default_str();
+  show_cmd->add_option("--labels", show.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
+
+  auto* backends_cmd = app.add_subcommand("backends", "List the backends built in and whether each can run here");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version arrive here too, with exit code 0.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    setup_logging(verbose, quiet);
+    if (*run_cmd) return engine::cli::run_command(run);
+    if (*info_cmd) return engine::cli::info_command(info);
+    if (*show_cmd) return engine::cli::show_command(show);
+    if (*backends_cmd) return engine::cli::backends_command();
+    return 2;
+  } catch (const formats::FormatError& e) {
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());  // already "file: problem"
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());
+  } catch (...) {
+    std::fprintf(stderr, "error: unexpected failure\n");
+  }
+  return 1;
+}

@@ -1,0 +1,17 @@
+#pragma once
+// Files the CLI writes. Each is written to PATH.tmp and renamed over PATH only when complete, so
+// an error never leaves a half-written file under the name the user asked for.
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <span>
+#include <string>
+
+namespace engine::cli {
+
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
+
+// A float32 .npy array of shape [rows, cols] (NumPy format 1.0, C order).
+void write_npy_f32(const std::string& path, std::span<const float> values, int64_t rows, int64_t cols);
+
+}  // namespace engine::cli

@@ -1,0 +1,285 @@
+// The `engine` command end to end: exit codes, one-line errors, the reports and the files it
+// writes, on a tiny model and data written by the test (and on LeNet-5 + MNIST when present).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/engine_process.hpp"
+#include "tests/cli/tiny_files.hpp"
+#include "tests/common/test_models.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using cli_test::EngineResult;
+using cli_test::read_text;
+
+size_t count_lines(const std::string& s) { return size_t(std::count(s.begin(), s.end(), '\n')); }
+
+class EngineCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = (fs::temp_directory_path() /
+            ("engine_cli_" + std::to_string(getpid()) + "_" + info->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);  // kept on failure, to look at
+  }
+
+  EngineResult engine(const std::vector<std::string>& args) { return cli_test::run_engine(args, dir_); }
+
+  // tiny.json plus 5 MNIST-named images; the last label is wrong on purpose (4 of 5 correct).
+  void write_tiny_dataset() {
+    model_ = cli_test::write_tiny_model(dir_);
+    images_ = dir_ + "/tiny-images-idx3-ubyte";
+    labels_ = dir_ + "/tiny-labels-idx1-ubyte";
+    cli_test::write_idx_images(images_, cli_test::tiny_images(5), 5, 4, 4);
+    cli_test::write_idx_labels(labels_, {0, 1, 2, 0, 2});
+  }
+
+  // An error is one line, "error: ...", the last on stderr; anything before it is a log line.
+  static void expect_one_line_error(const EngineResult& r, const std::string& fragment) {
+    std::istringstream lines(r.err);
+    std::string line, last;
+    int errors = 0;
+    while (std::getline(lines, line)) {
+      if (line.rfind("error: ", 0) == 0) ++errors;
+      else EXPECT_TRUE(line.rfind("info: ", 0) == 0 || line.rfind("warning: ", 0) == 0) << "stray line: " << line;
+      last = line;
+    }
+    EXPECT_EQ(errors, 1) << r.err;
+    EXPECT_EQ(last.rfind("error: ", 0), 0u) << r.err;
+    EXPECT_NE(last.find(fragment), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.back(), '\n');
+  }
+
+  std::string dir_, model_, images_, labels_;
+};
+
+TEST_F(EngineCli, UsageErrorsExitWith2) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {},
+           {"frobnicate"},
+           {"run"},
+           {"run", "m.json"},
+           {"run", "m.json", "d.idx", "--bogus"},
+           {"run", "m.json", "d.idx", "--batch", "0"},
+           {"run", "m.json", "d.idx", "--precision", "fp16"},
+           {"show", "d.idx", "--index", "seven"},
+       }) {
+    const EngineResult r = engine(args);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << joined << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << joined;
+  }
+}
+
+TEST_F(EngineCli, HelpAndVersionExitWith0) {
+  EXPECT_EQ(engine({"--help"}).exit_code, 0);
+  const EngineResult run_help = engine({"run", "--help"});
+  EXPECT_EQ(run_help.exit_code, 0);
+  for (const char* option : {"--labels", "--backend", "--batch", "--limit", "--output", "--json", "--dump-outputs",
+                             "--precision", "--nondeterministic"})
+    EXPECT_NE(run_help.out.find(option), std::string::npos) << option;
+  EXPECT_EQ(engine({"--version"}).exit_code, 0);
+}
+
+TEST_F(EngineCli, UnknownBackendExitsWith1AndListsTheAvailableOnes) {
+  write_tiny_dataset();
+  const EngineResult r = engine({"run", model_, images_, "--backend", "quantum"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "unknown backend 'quantum'");
+  EXPECT_NE(r.err.find("Available: cpu"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST_F(EngineCli, MissingModelIsOneLineNamingTheFile) {
+  const std::string missing = dir_ + "/missing.json";
+  const EngineResult r = engine({"run", missing, dir_ + "/nothing.idx", "--backend", "cpu"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "error: " + missing + ":");
+}
+
+TEST_F(EngineCli, InfoShowsLayersParametersInputAndBackends) {
+  write_tiny_dataset();
+  const EngineResult r = engine({"info", model_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* text : {"tiny", "flatten", "dense", "softmax", "[16]", "[3]", "uint8 [1, 4, 4]", "parameters",
+                           "51", "cpu", "available", "zero one two"})
+    EXPECT_NE(r.out.find(text), std::string::npos) << "missing '" << text << "' in\n" << r.out;
+}
+
+TEST_F(EngineCli, BackendsListsCpu) {
+  const EngineResult r = engine({"backends"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("available"), std::string::npos) << r.out;
+}
+
+TEST_F(EngineCli, RunJsonSummaryIsTheWholeStdout) {
+  write_tiny_dataset();
+  const EngineResult r = engine({"run", model_, images_, "--labels", labels_, "--backend", "cpu", "--batch", "2",
+                                 "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);  // throws (fails the test) on any stray output
+  for (const char* key : {"backend", "device", "model", "images", "correct", "accuracy", "seconds",
+                          "images_per_second", "plan_seconds", "confusion"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["images"], 5);
+  EXPECT_EQ(j["correct"], 4);
+  EXPECT_DOUBLE_EQ(j["accuracy"].get<double>(), 0.8);
+  EXPECT_EQ(j["batch"], 2);
+  // Labels 0 1 2 0 2, predictions 0 1 2 0 1: the last "2" was classified as 1.
+  EXPECT_EQ(j["confusion"], nlohmann::json::parse("[[2,0,0],[0,1,0],[0,1,1]]"));
+  // Logs (backend choice) go to stderr only.
+  EXPECT_NE(r.err.find("using backend cpu"), std::string::npos) << r.err;
+}
+
+TEST_F(EngineCli, RunTextReportHasAccuracyAndConfusionMatrix) {
+  write_tiny_dataset();
+  const EngineResult r = engine({"run", model_, images_, "--labels", labels_, "--backend", "cpu"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("accuracy  80.00% (4 of 5 correct)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("confusion matrix"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("images/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plan"), std::string::npos) << r.out;
+}
+
+TEST_F(EngineCli, LabelsAreFoundBesideMnistNamedImages) {
+  write_tiny_dataset();
+  const EngineResult r = engine({"run", model_, images_, "--backend", "cpu", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["labels"], labels_);
+  EXPECT_EQ(j["correct"], 4);
+  EXPECT_NE(r.err.find(labels_), std::string::npos) << "the log names the labels file it found:\n" << r.err;
+}
+
+TEST_F(EngineCli, OutputAndDumpFilesAreCompleteAndNoTmpIsLeft) {
+  write_tiny_dataset();
+  const std::string out = dir_ + "/pred.txt", npy = dir_ + "/out.npy";
+  const EngineResult r = engine({"run", model_, images_, "--labels", labels_, "--backend", "cpu", "--batch", "3",
+                                 "--output", out, "--dump-outputs", npy});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  EXPECT_FALSE(fs::exists(npy + ".tmp"));
+
+  const std::string text = read_text(out);
+  ASSERT_EQ(count_lines(text), 5u) << text;
+  std::istringstream lines(text);
+  for (int i = 0; i < 5; ++i) {
+    int index = -1, cls = -1;
+    double p = 0;
+    lines >> index >> cls >> p;
+    EXPECT_EQ(index, i);
+    EXPECT_EQ(cls, i % 3);
+    EXPECT_GT(p, 0.99);  // logits 10 vs 0 after scaling 255 -> 1.0
+  }
+
+  const std::string bytes = read_text(npy);
+  ASSERT_GE(bytes.size(), 10u);
+  EXPECT_EQ(bytes.substr(0, 6), "\x93NUMPY");
+  const size_t header_len = uint8_t(bytes[8]) | (size_t(uint8_t(bytes[9])) << 8);
+  EXPECT_EQ((10 + header_len) % 64, 0u);
+  const std::string header = bytes.substr(10, header_len);
+  EXPECT_NE(header.find("'descr': '<f4'"), std::string::npos) << header;
+  EXPECT_NE(header.find("'shape': (5, 3)"), std::string::npos) << header;
+  ASSERT_EQ(bytes.size(), 10 + header_len + 5 * 3 * sizeof(float));
+  float row0[3];
+  std::memcpy(row0, bytes.data() + 10 + header_len, sizeof(row0));
+  EXPECT_GT(row0[0], 0.99f);
+  EXPECT_NEAR(row0[0] + row0[1] + row0[2], 1.0f, 1e-6f);
+}
+
+TEST_F(EngineCli, FailedOutputLeavesNothingBehind) {
+  write_tiny_dataset();
+  const std::string out = dir_ + "/no/such/folder/pred.txt";
+  const EngineResult r = engine({"run", model_, images_, "--backend", "cpu", "--output", out});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "pred.txt.tmp");
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(EngineCli, LimitAndPartialLastBatch) {
+  write_tiny_dataset();
+  const EngineResult r = engine({"run", model_, images_, "--labels", labels_, "--backend", "cpu", "--batch", "2",
+                                 "--limit", "3", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["images"], 3);
+  EXPECT_EQ(j["correct"], 3);
+}
+
+TEST_F(EngineCli, ImageSizeMismatchIsExplained) {
+  model_ = cli_test::write_tiny_model(dir_);
+  const std::string big = dir_ + "/big.idx";
+  cli_test::write_idx_images(big, cli_test::tiny_images(2, 5, 5), 2, 5, 5);
+  const EngineResult r = engine({"run", model_, big, "--backend", "cpu"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "expects 1x4x4");
+}
+
+TEST_F(EngineCli, LabelCountMismatchIsAnError) {
+  write_tiny_dataset();
+  const std::string short_labels = dir_ + "/short.idx1";
+  cli_test::write_idx_labels(short_labels, {0, 1});
+  const EngineResult r = engine({"run", model_, images_, "--labels", short_labels, "--backend", "cpu"});
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_line_error(r, "2 labels");
+}
+
+TEST_F(EngineCli, SingleImagePrintsClassAndProbabilities) {
+  model_ = cli_test::write_tiny_model(dir_);
+  const auto pixels = cli_test::tiny_images(3);
+  const std::string pgm = dir_ + "/two.pgm";
+  cli_test::write_pgm(pgm, pixels.data() + 2 * 16, 4, 4);  // image 2: class 2 ("two")
+  const EngineResult r = engine({"run", model_, pgm, "--backend", "cpu"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("class     2 (two)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("probabilities"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 (zero)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 (one)"), std::string::npos) << r.out;
+}
+
+TEST_F(EngineCli, ShowPrintsAsciiArtAndLabel) {
+  write_tiny_dataset();
+  const EngineResult r = engine({"show", images_, "--index", "1", "--labels", labels_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("label 1"), std::string::npos) << r.out;
+  EXPECT_EQ(count_lines(r.out), 5u) << r.out;  // header + 4 rows
+  EXPECT_NE(r.out.find("  @@"), std::string::npos) << "pixel 1 of row 0 is white:\n" << r.out;
+  const EngineResult bad = engine({"show", images_, "--index", "5", "--labels", labels_});
+  EXPECT_EQ(bad.exit_code, 1);
+  expect_one_line_error(bad, "no image 5");
+}
+
+// The real thing, when the trained model and the MNIST test set are both here.
+TEST_F(EngineCli, Lenet5OnMnist) {
+  const std::string model = testing_support::lenet5_path();
+  const std::string data = std::string(ENGINE_TEST_DATA_DIR) + "/mnist/t10k-images-idx3-ubyte.gz";
+  if (!fs::exists(model)) GTEST_SKIP() << model << " does not exist yet";
+  if (!fs::exists(data)) GTEST_SKIP() << data << " is not here";
+  const EngineResult info = engine({"info", model});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("61,706"), std::string::npos) << info.out;
+  const EngineResult r = engine({"run", model, data, "--backend", "cpu", "--limit", "1000", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["images"], 1000);
+  EXPECT_GT(j["accuracy"].get<double>(), 0.95);
+}
+
+}  // namespace

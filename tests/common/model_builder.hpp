@@ -1,0 +1,113 @@
+#pragma once
+// Small graphs written in a few lines for planner and op tests. Parameters are random from a seed;
+// build() runs formats::validate_model, so a model that builds is one a file could describe.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/model.hpp"
+#include "formats/model_loader.hpp"
+#include "tests/common/test_models.hpp"
+
+namespace testing_support {
+
+inline formats::Window2D window(int kh, int kw, int sh, int sw, int top = 0, int bottom = 0, int left = 0,
+                                int right = 0) {
+  return formats::Window2D{kh, kw, sh, sw, top, bottom, left, right};
+}
+
+class ModelBuilder {
+ public:
+  // float32 input named "x" of the given per-sample shape.
+  ModelBuilder(std::string name, formats::Shape input_shape) : model_(std::make_shared<formats::Model>()) {
+    model_->name = std::move(name);
+    model_->input.name = "x";
+    model_->input.dtype = formats::InputDType::Float32;
+    model_->input.raw_shape = input_shape;
+    model_->input.shape = std::move(input_shape);
+  }
+
+  // Turns the input into uint8 pixels [C, H, W] with preprocessing.
+  ModelBuilder& uint8_input(formats::Shape raw_shape, formats::Preprocess preprocess) {
+    model_->input.dtype = formats::InputDType::UInt8;
+    model_->input.raw_shape = std::move(raw_shape);
+    model_->input.preprocess = std::move(preprocess);
+    return *this;
+  }
+
+  ModelBuilder& conv2d(const std::string& name, const std::string& input, int in_channels, int out_channels,
+                       formats::Window2D win, uint32_t seed, bool with_bias = true) {
+    formats::Node n = node(name, formats::OpType::Conv2D, {input});
+    n.out_channels = out_channels;
+    n.window = win;
+    const int64_t fan_in = int64_t(in_channels) * win.kernel_h * win.kernel_w;
+    n.weight = tensor(name + ".weight", {out_channels, in_channels, win.kernel_h, win.kernel_w}, seed, fan_in);
+    if (with_bias) n.bias = tensor(name + ".bias", {out_channels}, seed + 1, fan_in);
+    model_->nodes.push_back(std::move(n));
+    return *this;
+  }
+
+  ModelBuilder& pool(const std::string& name, formats::OpType op, const std::string& input, formats::Window2D win,
+                     bool count_include_pad = true) {
+    formats::Node n = node(name, op, {input});
+    n.window = win;
+    n.count_include_pad = count_include_pad;
+    model_->nodes.push_back(std::move(n));
+    return *this;
+  }
+
+  ModelBuilder& dense(const std::string& name, const std::string& input, int in_features, int units, uint32_t seed,
+                      bool with_bias = true) {
+    formats::Node n = node(name, formats::OpType::Dense, {input});
+    n.units = units;
+    n.weight = tensor(name + ".weight", {units, in_features}, seed, in_features);
+    if (with_bias) n.bias = tensor(name + ".bias", {units}, seed + 1, in_features);
+    model_->nodes.push_back(std::move(n));
+    return *this;
+  }
+
+  // relu, tanh, sigmoid, flatten, softmax.
+  ModelBuilder& unary(const std::string& name, formats::OpType op, const std::string& input) {
+    model_->nodes.push_back(node(name, op, {input}));
+    return *this;
+  }
+
+  ModelBuilder& add(const std::string& name, const std::string& a, const std::string& b) {
+    model_->nodes.push_back(node(name, formats::OpType::Add, {a, b}));
+    return *this;
+  }
+
+  ModelBuilder& outputs(std::vector<std::string> names) {
+    model_->outputs = std::move(names);
+    return *this;
+  }
+
+  std::shared_ptr<formats::Model> build() {
+    formats::validate_model(*model_, "ModelBuilder(" + model_->name + ")");
+    return model_;
+  }
+
+ private:
+  static formats::Node node(const std::string& name, formats::OpType op, std::vector<std::string> inputs) {
+    formats::Node n;
+    n.name = name;
+    n.op = op;
+    n.inputs = std::move(inputs);
+    return n;
+  }
+  // Uniform in ±1/sqrt(fan_in), so activations stay of order 1 through a deep stack.
+  static formats::Tensor tensor(const std::string& name, formats::Shape shape, uint32_t seed, int64_t fan_in) {
+    formats::Tensor t;
+    t.name = name;
+    t.shape = std::move(shape);
+    const float bound = 1.0f / float(std::sqrt(double(fan_in > 0 ? fan_in : 1)));
+    t.values = random_floats(size_t(formats::element_count(t.shape)), seed, -bound, bound);
+    return t;
+  }
+
+  std::shared_ptr<formats::Model> model_;
+};
+
+}  // namespace testing_support

@@ -1,0 +1,101 @@
+// The CPU reference must be bitwise reproducible: across runs, thread counts, batch capacities and
+// the position of a sample in its batch. GPU parity tests depend on a reference that never moves.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/core/graph.hpp"
+#include "engine/core/registry.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/model_builder.hpp"
+
+namespace {
+
+using formats::OpType;
+using testing_support::window;
+
+std::shared_ptr<formats::Model> lenet_like_model() {
+  formats::Preprocess p;
+  p.scale = 1.0f / 255.0f;
+  p.mean = {0.1307f};
+  p.std = {0.3081f};
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 2;
+  return testing_support::ModelBuilder("lenet_like", {1})
+      .uint8_input({1, 28, 28}, p)
+      .conv2d("c1", "x", 1, 6, window(5, 5, 1, 1), 11)
+      .unary("t1", OpType::Tanh, "c1")
+      .pool("s2", OpType::AvgPool, "t1", window(2, 2, 2, 2))
+      .conv2d("c3", "s2", 6, 16, window(5, 5, 1, 1), 13)
+      .unary("t3", OpType::Sigmoid, "c3")
+      .pool("s4", OpType::MaxPool, "t3", window(3, 3, 2, 2, 1, 0, 1, 0))
+      .unary("f", OpType::Flatten, "s4")
+      .dense("d5", "f", 400, 120, 15)
+      .unary("r5", OpType::Relu, "d5")
+      .dense("d6", "r5", 120, 84, 17)
+      .unary("t6", OpType::Tanh, "d6")
+      .dense("d7", "t6", 84, 10, 19)
+      .unary("prob", OpType::Softmax, "d7")
+      .outputs({"prob", "d7"})
+      .build();
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(CpuDeterminism, RepeatedRunsAreBitwiseEqual) {
+  auto model = lenet_like_model();
+  const int batch = 37;
+  const auto pixels = testing_support::random_bytes(size_t(784) * batch, 7);
+  const auto first = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+  const auto second = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+  ASSERT_EQ(first.size(), 2u);
+  for (size_t o = 0; o < first.size(); ++o) EXPECT_TRUE(bitwise_equal(first[o], second[o])) << "output " << o;
+  // The softmax output is a probability vector.
+  for (int s = 0; s < batch; ++s) {
+    double sum = 0;
+    for (int k = 0; k < 10; ++k) sum += first[0][s * 10 + k];
+    EXPECT_NEAR(sum, 1.0, 1e-6);
+  }
+}
+
+TEST(CpuDeterminism, SameExecutableRunTwice) {
+  auto model = lenet_like_model();
+  const engine::Graph graph = engine::plan_graph(model);
+  auto exe = engine::BackendRegistry::instance().create("cpu")->compile(graph, {.max_batch = 16});
+  const auto pixels = testing_support::random_bytes(size_t(784) * 16, 9);
+  std::vector<float> a(160), b(160), logits(160);
+  float* outs_a[] = {a.data(), logits.data()};
+  float* outs_b[] = {b.data(), logits.data()};
+  exe->run(pixels.data(), 16, outs_a);
+  // A smaller batch in between must not leave anything behind that changes the next result.
+  exe->run(pixels.data() + 784 * 3, 5, outs_b);
+  exe->run(pixels.data(), 16, outs_b);
+  EXPECT_TRUE(bitwise_equal(a, b));
+}
+
+TEST(CpuDeterminism, IndependentOfThreadsCapacityAndPosition) {
+  auto model = lenet_like_model();
+  const int batch = 37;
+  const auto pixels = testing_support::random_bytes(size_t(784) * batch, 8);
+  const auto reference = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+
+  const int threads = omp_get_max_threads();
+  for (int t : {1, 3}) {
+    omp_set_num_threads(t);
+    const auto again = testing_support::run_backend(model, "cpu", pixels.data(), batch, 64);
+    for (size_t o = 0; o < again.size(); ++o)
+      EXPECT_TRUE(bitwise_equal(reference[o], again[o])) << t << " threads, output " << o;
+  }
+  omp_set_num_threads(threads);
+
+  for (int s : {0, 17, 36}) {
+    const auto alone = testing_support::run_backend(model, "cpu", pixels.data() + size_t(784) * s, 1, 1);
+    const std::vector<float> expected(reference[0].begin() + s * 10, reference[0].begin() + (s + 1) * 10);
+    EXPECT_TRUE(bitwise_equal(alone[0], expected)) << "sample " << s << " alone differs from its place in a batch";
+  }
+}
+
+}  // namespace
