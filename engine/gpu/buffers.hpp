@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -16,7 +17,13 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(size_t count, const std::string& what) : count_(count) {
-    if (count_ > 0) CUDA_CHECK_CTX(cudaMalloc(&data_, count_ * sizeof(T)), "allocating " + what);
+    // count * sizeof(T) must not wrap around to a small allocation that kernels then overrun.
+    if (count_ > SIZE_MAX / sizeof(T))
+      throw CudaError("allocating " + what + ": " + std::to_string(count_) + " elements of " +
+                      std::to_string(sizeof(T)) + " bytes exceed the address space");
+    if (count_ > 0)
+      CUDA_CHECK_CTX(cudaMalloc(reinterpret_cast<void**>(&data_), count_ * sizeof(T)),
+                     "allocating " + what + " (" + std::to_string(count_ * sizeof(T)) + " bytes)");
   }
   ~DeviceBuffer() { reset(); }
   DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}
@@ -42,7 +49,10 @@ class PinnedBuffer {
  public:
   PinnedBuffer() = default;
   PinnedBuffer(size_t count, const std::string& what) : count_(count) {
-    if (count_ > 0) CUDA_CHECK_CTX(cudaMallocHost(&data_, count_ * sizeof(T)), "allocating pinned " + what);
+    if (count_ > SIZE_MAX / sizeof(T))
+      throw CudaError("allocating pinned " + what + ": " + std::to_string(count_) + " elements of " +
+                      std::to_string(sizeof(T)) + " bytes exceed the address space");
+    if (count_ > 0) CUDA_CHECK_CTX(cudaMallocHost(reinterpret_cast<void**>(&data_), count_ * sizeof(T)), "allocating pinned " + what);
   }
   ~PinnedBuffer() { reset(); }
   PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), count_(std::exchange(o.count_, 0)) {}

@@ -14,7 +14,10 @@ GpuExecutable::GpuExecutable(const Graph& graph, const CompileOptions& options)
   const size_t B = size_t(max_batch_);
   arena_ = DeviceBuffer<float>(size_t(graph_.arena_floats_per_sample) * B, "activation arena");
   // All-ones bytes are a NaN: an element a kernel forgets to write poisons the output visibly.
-  CUDA_CHECK(cudaMemset(arena_.data(), 0xFF, arena_.bytes()));
+  // Async on our own non-blocking stream (which does not order with the legacy default stream),
+  // then wait, so no later work can race with the poisoning.
+  CUDA_CHECK(cudaMemsetAsync(arena_.data(), 0xFF, arena_.bytes(), stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
 
   const int64_t raw_elements = formats::element_count(in.raw_shape);
   input_sample_bytes_ = size_t(raw_elements) *
@@ -28,8 +31,10 @@ GpuExecutable::GpuExecutable(const Graph& graph, const CompileOptions& options)
     std::vector<float> params(p.mean);
     params.insert(params.end(), p.std.begin(), p.std.end());
     channel_params_ = DeviceBuffer<float>(params.size(), "preprocess parameters");
-    CUDA_CHECK(cudaMemcpy(channel_params_.data(), params.data(), params.size() * sizeof(float),
-                          cudaMemcpyHostToDevice));
+    // On our stream: the non-blocking stream does not order with synchronous legacy copies.
+    CUDA_CHECK(cudaMemcpyAsync(channel_params_.data(), params.data(), params.size() * sizeof(float),
+                               cudaMemcpyHostToDevice, stream()));
+    CUDA_CHECK(cudaStreamSynchronize(stream()));
     preprocess_ = PreprocessShape{C, int(in.raw_shape[1]), int(in.raw_shape[2]),
                                   p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
                                   p.scale, p.pad_value,
@@ -77,6 +82,81 @@ const float* GpuExecutable::staged_output(size_t i) const {
   return pinned_output_.data() + output_offsets_.at(i);
 }
 
+GpuExecutable::~GpuExecutable() {
+  if (graph_exec_) {
+    cudaStreamSynchronize(stream());
+    cudaGraphExecDestroy(graph_exec_);
+  }
+}
+
+namespace {
+
+class EventTimePoint final : public TimePoint {
+ public:
+  explicit EventTimePoint(cudaStream_t stream) : stream_(stream) {}
+  void record() override { event_.record(stream_); }
+  double ms_since(const TimePoint& start) override {
+    CUDA_CHECK(cudaEventSynchronize(event_.get()));
+    return event_.since(dynamic_cast<const EventTimePoint&>(start).event_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  Event event_;
+};
+
+}  // namespace
+
+std::unique_ptr<TimePoint> GpuExecutable::make_time_point() { return std::make_unique<EventTimePoint>(stream()); }
+
+std::optional<std::string> GpuExecutable::use_graph_replay(bool on) {
+  graph_replay_ = on;
+  return std::nullopt;
+}
+
+void GpuExecutable::compute(int n) {
+  if (!graph_replay_) {
+    forward(n);
+    return;
+  }
+  if (!graph_exec_ || graph_n_ != n) {
+    if (graph_exec_) {
+      synchronize();
+      CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
+      graph_exec_ = nullptr;
+    }
+    // One plain forward first: lazily loaded kernels and per-n host state (descriptors) are set up
+    // outside the capture.
+    forward(n);
+    synchronize();
+    CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+    cudaGraph_t graph = nullptr;
+    try {
+      forward(n);
+    } catch (const std::exception& e) {
+      cudaStreamEndCapture(stream(), &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw CudaError(fmt::format("forward({}) cannot be captured as a CUDA graph: {}", n, e.what()));
+    }
+    const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+    if (ended != cudaSuccess || !graph) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw CudaError(fmt::format("forward({}) cannot be captured as a CUDA graph: {}", n, cudaGetErrorString(ended)));
+    }
+    const cudaError_t made = cudaGraphInstantiate(&graph_exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    if (made != cudaSuccess) {
+      graph_exec_ = nullptr;
+      cudaGetLastError();
+      throw CudaError(fmt::format("instantiating the CUDA graph of forward({}): {}", n, cudaGetErrorString(made)));
+    }
+    graph_n_ = n;
+  }
+  CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream()));
+}
+
 void GpuExecutable::run(const void* input, int n, std::span<float* const> outputs) {
   if (outputs.size() != graph_.outputs.size())
     throw std::invalid_argument(fmt::format("expected {} output buffers, got {}", graph_.outputs.size(),
@@ -84,7 +164,7 @@ void GpuExecutable::run(const void* input, int n, std::span<float* const> output
   ev_start_.record(stream());
   upload_async(input, n);
   ev_uploaded_.record(stream());
-  forward(n);
+  compute(n);
   ev_computed_.record(stream());
   download_async(n);
   ev_downloaded_.record(stream());

@@ -17,7 +17,7 @@ namespace engine::gpu {
 class GpuExecutable : public Executable {
  public:
   GpuExecutable(const Graph& graph, const CompileOptions& options);
-  ~GpuExecutable() override = default;
+  ~GpuExecutable() override;
 
   int max_batch() const override { return max_batch_; }
   void run(const void* input, int n, std::span<float* const> outputs) override;
@@ -27,8 +27,18 @@ class GpuExecutable : public Executable {
   void upload_async(const void* host_input, int n);  // host → pinned → device, then preprocess
   virtual void forward(int n) = 0;                   // every node; input value already in place
   void download_async(int n);                        // outputs → pinned staging
-  void synchronize();
-  const float* staged_output(size_t i) const;        // pinned host copy after download + sync
+  void synchronize() override;
+  const float* staged_output(size_t i) const override;  // pinned host copy after download + sync
+
+  // Executable's staged execution (engine bench): the pieces above, CUDA events for time points,
+  // and forward(n) captured once per n into a CUDA graph and replayed when use_graph_replay(true).
+  bool staged() const override { return true; }
+  void* input_staging() override { return pinned_input_.data(); }
+  void stage_input(const void* input, int n) override { upload_async(input, n); }
+  void compute(int n) override;
+  void fetch_outputs(int n) override { download_async(n); }
+  std::unique_ptr<TimePoint> make_time_point() override;
+  std::optional<std::string> use_graph_replay(bool on) override;
 
   cudaStream_t stream() const { return stream_.get(); }
   const Graph& graph() const { return graph_; }
@@ -52,6 +62,9 @@ class GpuExecutable : public Executable {
   PreprocessShape preprocess_;
   Event ev_start_, ev_uploaded_, ev_computed_, ev_downloaded_;
   std::optional<RunTimings> timings_;
+  bool graph_replay_ = false;
+  cudaGraphExec_t graph_exec_ = nullptr;  // forward(graph_n_) as captured
+  int graph_n_ = 0;
 };
 
 }  // namespace engine::gpu

@@ -1,0 +1,106 @@
+// Helpers shared by the step files, and the explicit-padding helper (conv and pooling).
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "engine/cudnn/steps.hpp"
+
+namespace engine::cudnn {
+
+std::string node_label(const formats::Node& node) {
+  return fmt::format("node '{}' ({})", node.name, formats::op_name(node.op));
+}
+
+gpu::DeviceBuffer<float> upload(const std::vector<float>& values, const std::string& what) {
+  gpu::DeviceBuffer<float> buffer(values.size(), what);
+  if (!values.empty())
+    CUDA_CHECK_CTX(cudaMemcpy(buffer.data(), values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
+                   "uploading " + what);
+  return buffer;
+}
+
+const char* algo_name(cudnnConvolutionFwdAlgo_t algo) {
+  switch (algo) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "CUDNN_CONVOLUTION_FWD_ALGO_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "CUDNN_CONVOLUTION_FWD_ALGO_DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "CUDNN_CONVOLUTION_FWD_ALGO_FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED";
+    default: return "CUDNN_CONVOLUTION_FWD_ALGO_(unknown)";
+  }
+}
+
+const char* math_name(cudnnMathType_t math) {
+  switch (math) {
+    case CUDNN_DEFAULT_MATH: return "default math";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op math (TF32)";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op math with conversion";
+    case CUDNN_FMA_MATH: return "FMA math (fp32)";
+    default: return "unknown math";
+  }
+}
+
+std::string format_bytes(size_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < (size_t(1) << 20)) return fmt::format("{:.1f} KiB", double(bytes) / 1024);
+  return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20));
+}
+
+ExplicitPad::ExplicitPad(const BuildContext& ctx, const std::string& label, int channels, int height, int width,
+                         const formats::Window2D& window, float border_value, const float* source)
+    : label_(label),
+      c_(channels),
+      h_(height),
+      w_(width),
+      pad_top_(window.pad_top),
+      pad_left_(window.pad_left),
+      padded_h_(height + window.pad_top + window.pad_bottom),
+      padded_w_(width + window.pad_left + window.pad_right),
+      source_(source),
+      scratch_(size_t(ctx.max_batch) * size_t(channels) * size_t(padded_h_) * size_t(padded_w_),
+               label + ": explicit padding buffer") {
+  // The whole buffer, interior included, gets the border value once: the border keeps it for ever
+  // (runs only write the interior) and nothing ever reads uninitialised memory.
+  TensorDesc full;
+  set_nchw(full, ctx.max_batch, c_, padded_h_, padded_w_, label_);
+  CUDNN_CHECK_CTX(cudnnSetTensor(ctx.cudnn, full, scratch_.data(), &border_value), label_);
+  set_batch(ctx.max_batch);
+}
+
+void ExplicitPad::set_batch(int n) {
+  set_nchw(source_desc_, n, c_, h_, w_, label_);
+  // The interior of each padded sample: same dims as the source, strides of the padded tensor.
+  CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptorEx(interior_desc_, CUDNN_DATA_FLOAT, n, c_, h_, w_,
+                                               c_ * padded_h_ * padded_w_, padded_h_ * padded_w_, padded_w_, 1),
+                  label_);
+}
+
+void ExplicitPad::enqueue(const RunContext& ctx) {
+  const float one = 1.0f, zero = 0.0f;
+  float* interior = scratch_.data() + size_t(pad_top_) * size_t(padded_w_) + size_t(pad_left_);
+  CUDNN_CHECK_CTX(cudnnTransformTensor(ctx.cudnn, &one, source_desc_, source_, &zero, interior_desc_, interior),
+                  label_);
+}
+
+}  // namespace engine::cudnn
+
+namespace engine::cudnn {
+
+std::string cudnn_version() {
+  const size_t v = cudnnGetVersion();  // major * 10000 + minor * 100 + patch since cuDNN 9
+  return fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+}
+
+std::string cublas_version() {
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+    return "(unknown version)";
+  return fmt::format("{}.{}.{}", major, minor, patch);
+}
+
+}  // namespace engine::cudnn

@@ -1,0 +1,78 @@
+// The "cudnn" backend: cuDNN 9 for convolution, pooling, activations, softmax and add; cuBLAS for
+// dense; the shared GPU runtime (engine/gpu) for upload, uint8 preprocessing on the device, download.
+//
+// API choice: cuDNN's C API (cudnn.h: cudnnConvolutionForward & co.), not the graph API.
+// - No package of NVIDIA's header-only cudnn-frontend is at hand (the Debian lists have none; the
+//   PyPI wheel is the Python binding), and writing the graph API against the raw backend descriptors
+//   (cudnnBackend*) is several hundred lines per fused pattern.
+// - The graph API's execution plans are built for fixed tensor dimensions: a run whose last batch is
+//   partial would need a plan per batch size, each finalised (and possibly JIT-compiled) on first use,
+//   inside a run. The C API's tensor descriptors are re-described per batch size on the host in
+//   microseconds, and one algorithm + one workspace serve every n.
+// - Everything this engine needs (conv + bias + relu fusion, symmetric padding, FMA-only math for real
+//   fp32, deterministic algorithm filtering, max/avg pooling with both divisor rules, accurate softmax)
+//   is in the C API. It is marked deprecated in cuDNN 9 headers but is shipped and supported by every
+//   cuDNN 9 release; CUDNN_WARN_DEPRECATED is not defined, so it compiles without warnings. A move to
+//   the graph API (cudnn-frontend) would replace conv.cpp's algorithm selection with engine heuristics
+//   and keep the Step structure.
+#include <fmt/format.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/core/registry.hpp"
+#include "engine/cudnn/cudnn_executable.hpp"
+#include "engine/cudnn/steps.hpp"
+#include "engine/gpu/device.hpp"
+
+namespace engine::cudnn {
+namespace {
+
+// Why the backend cannot run here: no GPU, or a cuDNN of another major version than compiled for.
+std::optional<std::string> unavailable_reason() {
+  if (auto why = gpu::no_gpu_reason()) return why;
+  const size_t loaded = cudnnGetVersion();
+  if (loaded / 10000 != CUDNN_MAJOR)
+    return fmt::format("cuDNN {} is loaded but the engine was built for cuDNN {}", cudnn_version(), CUDNN_MAJOR);
+  return std::nullopt;
+}
+
+class CudnnBackend final : public Backend {
+ public:
+  std::string name() const override { return "cudnn"; }
+  std::string description() const override {
+    std::string device = "no GPU";
+    try {
+      device = gpu::describe(gpu::current_device());
+    } catch (const std::exception& e) {
+      device = e.what();
+    }
+    return fmt::format("cuDNN {} + cuBLAS {} on {}", cudnn_version(), cublas_version(), device);
+  }
+  std::optional<std::string> unsupported(const formats::Node& node) const override {
+    return unsupported_reason(node);
+  }
+  std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
+    check_supported(*this, graph);
+    return std::make_unique<CudnnExecutable>(graph, options);
+  }
+};
+
+}  // namespace
+}  // namespace engine::cudnn
+
+namespace engine {
+
+void register_cudnn_backend(BackendRegistry& registry) {
+  registry.add(BackendEntry{
+      .name = "cudnn",
+      .summary = "cuDNN 9 (conv, pooling, activations, softmax) + cuBLAS (dense) on the GPU; deterministic fp32 "
+                 "by default",
+      .priority = 10,
+      .unavailable_reason = [] { return cudnn::unavailable_reason(); },
+      .create = [] { return std::unique_ptr<Backend>(std::make_unique<cudnn::CudnnBackend>()); },
+  });
+}
+
+}  // namespace engine

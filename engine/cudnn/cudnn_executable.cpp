@@ -1,0 +1,211 @@
+#include "engine/cudnn/cudnn_executable.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace engine::cudnn {
+namespace {
+
+// cuBLAS's recommended workspace on Hopper; set explicitly so cuBLAS never allocates on its own and
+// its kernel choice (hence its rounding) does not depend on what a default pool had free.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+// The most workspace one convolution algorithm may use (also bounded by a quarter of free memory).
+constexpr size_t kConvWorkspaceLimit = size_t(256) << 20;
+
+}  // namespace
+
+CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& options)
+    : gpu::GpuExecutable(graph, options),
+      cublas_workspace_(kCublasWorkspaceBytes, "cuBLAS workspace") {
+  const std::string what = fmt::format("cudnn backend, model '{}'", graph_.model->name);
+  // The base class poisons the arena with cudaMemset on the legacy default stream, which does not
+  // order with our non-blocking stream: finish it before anything runs on ours.
+  CUDA_CHECK_CTX(cudaDeviceSynchronize(), what);
+  CUDNN_CHECK_CTX(cudnnSetStream(cudnn_, stream()), what);
+  // cublasSetStream resets the workspace to cuBLAS's default pool: set the stream first.
+  CUBLAS_CHECK_CTX(cublasSetStream(cublas_, stream()), what);
+  CUBLAS_CHECK_CTX(cublasSetWorkspace(cublas_, cublas_workspace_.data(), cublas_workspace_.bytes()), what);
+  CUBLAS_CHECK_CTX(cublasSetMathMode(cublas_, options_.precision == Precision::FP32 ? CUBLAS_DEFAULT_MATH
+                                                                                     : CUBLAS_TF32_TENSOR_OP_MATH),
+                   what);
+  CUBLAS_CHECK_CTX(cublasSetAtomicsMode(cublas_, options_.deterministic ? CUBLAS_ATOMICS_NOT_ALLOWED
+                                                                        : CUBLAS_ATOMICS_ALLOWED),
+                   what);
+
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK_CTX(cudaMemGetInfo(&free_bytes, &total_bytes), what);
+  BuildContext ctx;
+  ctx.cudnn = cudnn_;
+  ctx.cublas = cublas_;
+  ctx.options = options_;
+  ctx.max_batch = max_batch_;
+  ctx.workspace_limit = std::min(kConvWorkspaceLimit, free_bytes / 4);
+  build_steps(ctx);
+
+  size_t workspace = 0;
+  for (const auto& step : steps_) workspace = std::max(workspace, step->workspace_bytes());
+  workspace_ = gpu::DeviceBuffer<unsigned char>(workspace, "cuDNN convolution workspace");
+  run_ctx_ = RunContext{cudnn_, cublas_, workspace_.data(), workspace_.bytes()};
+
+  summary_.push_back(fmt::format("cudnn: cuDNN {} (C API), cuBLAS {}, {} math, {}, max batch {}", cudnn_version(), cublas_version(),
+                                 options_.precision == Precision::FP32 ? "fp32 (no TF32)" : "TF32 tensor-core",
+                                 options_.deterministic ? "deterministic algorithms (heuristic choice)"
+                                                        : "fastest measured algorithms (nondeterministic)",
+                                 max_batch_));
+  for (const auto& step : steps_) summary_.push_back(step->summary());
+  for (const auto& note : fusion_notes_) summary_.push_back("fusion: " + note);
+  summary_.push_back(fmt::format("workspace: {} for convolutions (largest layer, every batch size), {} for cuBLAS",
+                                 format_bytes(workspace_.bytes()), format_bytes(cublas_workspace_.bytes())));
+
+  // Run every step once for the largest and the smallest batch: a configuration cuDNN rejects fails
+  // here, at compile time, and lazily loaded library kernels are loaded before the first timed run.
+  forward(max_batch_);
+  forward(1);
+  synchronize();
+}
+
+CudnnExecutable::~CudnnExecutable() {
+  // Work still queued may use the buffers and handles about to be freed.
+  cudaStreamSynchronize(stream());
+}
+
+bool CudnnExecutable::blocks_overlap(int value_a, int value_b) const {
+  const Value& a = graph_.value(value_a);
+  const Value& b = graph_.value(value_b);
+  const int64_t a0 = a.arena_offset, a1 = a.arena_offset + a.elements;
+  const int64_t b0 = b.arena_offset, b1 = b.arena_offset + b.elements;
+  return a0 < b1 && b0 < a1;
+}
+
+// conv → relu fusion needs a block the convolution can write the relu's value to while it reads its
+// own input. Two candidates:
+//  1. the relu's own block, when it does not overlap the convolution's input (the planner may have
+//     given the relu the input's block, which dies at the convolution);
+//  2. the convolution's block (which never overlaps its input), when it stays unused until the relu's
+//     value (and any flatten alias of it) is last read: the planner frees it after the relu, so no
+//     value written by a later node up to that last read may overlap it. The relu's value then lives
+//     there: value_ptr_ sends its readers (and its aliases' readers) to the moved block. Not for graph
+//     outputs, whose blocks the download reads.
+//  3. otherwise a block of the backend's own (below).
+float* CudnnExecutable::fused_relu_destination(size_t i) {
+  const auto& nodes = graph_.nodes;
+  if (i + 1 >= nodes.size()) return nullptr;
+  const PlannedNode& conv = nodes[i];
+  const PlannedNode& relu = nodes[i + 1];
+  const Value& conv_out = graph_.value(conv.output);
+  if (relu.node->op != OpType::Relu || relu.inputs.at(0) != conv.output || conv_out.is_output ||
+      conv_out.consumers != std::vector<int>{int(i + 1)})
+    return nullptr;
+  if (!blocks_overlap(relu.output, conv.inputs.at(0))) return value_ptr(relu.output);
+
+  std::vector<int> moved{relu.output};
+  int last_read = graph_.value(relu.output).last_use;
+  for (size_t id = 0; id < graph_.values.size(); ++id) {
+    const Value& v = graph_.values[id];
+    if (v.alias_of == relu.output) {
+      moved.push_back(int(id));
+      last_read = std::max(last_read, v.last_use);
+    }
+  }
+  for (int id : moved)
+    if (graph_.value(id).is_output) return nullptr;
+  bool conv_block_free = true;
+  for (size_t j = i + 2; j < nodes.size() && int(j) <= last_read; ++j) {
+    const Value& written = graph_.value(nodes[j].output);
+    if (written.alias_of < 0 && blocks_overlap(nodes[j].output, conv.output)) conv_block_free = false;
+  }
+  float* block = nullptr;
+  if (conv_block_free) {
+    block = value_ptr(conv.output);
+    fusion_notes_.push_back(fmt::format("relu '{}' lives in conv '{}''s block (its own overlaps the conv's input)",
+                                        relu.node->name, conv.node->name));
+  } else {
+    // 3. a block of its own, allocated here (compile time): the fusion saves a pass over the tensor
+    // for the price of one more [max_batch, elements] buffer.
+    const Value& r = graph_.value(relu.output);
+    private_blocks_.emplace_back(size_t(r.elements) * size_t(max_batch_),
+                                 fmt::format("block of relu '{}' (fused into conv '{}')", relu.node->name,
+                                             conv.node->name));
+    block = private_blocks_.back().data();
+    // NaN, as the arena: an element the fused convolution does not write shows in the output.
+    CUDA_CHECK_CTX(cudaMemsetAsync(block, 0xFF, private_blocks_.back().bytes(), stream()), node_label(*conv.node));
+    fusion_notes_.push_back(fmt::format("relu '{}' lives in a block of its own, {} (its arena block overlaps "
+                                        "conv '{}''s input, the conv's block is reused before its last read)",
+                                        relu.node->name, format_bytes(private_blocks_.back().bytes()),
+                                        conv.node->name));
+  }
+  for (int id : moved) value_ptr_[size_t(id)] = block;
+  return block;
+}
+
+void CudnnExecutable::build_steps(const BuildContext& ctx) {
+  const auto& nodes = graph_.nodes;
+  value_ptr_.resize(graph_.values.size());
+  for (size_t id = 0; id < graph_.values.size(); ++id) value_ptr_[id] = device_value(int(id));
+  std::vector<bool> done(nodes.size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (done[i]) continue;
+    const PlannedNode& planned = nodes[i];
+    const formats::Node& node = *planned.node;
+    const Value& in0 = graph_.value(planned.inputs.at(0));
+    const float* x = value_ptr(planned.inputs.at(0));
+    float* y = value_ptr(planned.output);
+    switch (node.op) {
+      case OpType::Conv2D: {
+        ConvFusion fusion;
+        std::string fused_name;
+        if (float* destination = fused_relu_destination(i)) {
+          fusion.relu = true;
+          fused_name = nodes[i + 1].node->name;
+          y = destination;
+          done[i + 1] = true;
+        }
+        steps_.push_back(make_conv_step(ctx, node, in0.shape, x, y, fusion, fused_name));
+        break;
+      }
+      case OpType::AvgPool:
+      case OpType::MaxPool:
+        steps_.push_back(make_pool_step(ctx, node, in0.shape, x, y));
+        break;
+      case OpType::Relu:
+      case OpType::Tanh:
+      case OpType::Sigmoid:
+        steps_.push_back(make_activation_step(ctx, node, in0.elements, x, y));
+        break;
+      case OpType::Flatten:
+        break;  // an alias: it shares its source's storage (value_ptr_ follows a moved source)
+      case OpType::Dense:
+        steps_.push_back(make_dense_step(ctx, node, in0.elements, x, y));
+        break;
+      case OpType::Softmax:
+        steps_.push_back(make_softmax_step(ctx, node, in0.elements, x, y));
+        break;
+      case OpType::Add:
+        steps_.push_back(make_add_step(ctx, node, in0.elements, x, value_ptr(planned.inputs.at(1)), y));
+        break;
+      default:
+        throw std::runtime_error(node_label(node) + ": op not implemented by the cudnn backend");
+    }
+  }
+}
+
+void CudnnExecutable::forward(int n) {
+  if (n < 1 || n > max_batch_)
+    throw std::invalid_argument(fmt::format("cudnn backend: batch of {} outside 1..{}", n, max_batch_));
+  if (n != batch_) {
+    batch_ = -1;  // a failure half-way leaves the descriptors in no known state
+    for (auto& step : steps_) step->set_batch(n);
+    batch_ = n;
+  }
+  for (auto& step : steps_) step->enqueue(run_ctx_);
+}
+
+std::string CudnnExecutable::plan_summary() const {
+  std::string out;
+  for (const auto& line : summary_) out += line + "\n";
+  return out;
+}
+
+}  // namespace engine::cudnn

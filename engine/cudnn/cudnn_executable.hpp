@@ -1,0 +1,44 @@
+#pragma once
+// The compiled form of a Graph for the cudnn backend: handles bound to the executable's stream, one
+// Step per node (conv + following relu fused), one convolution workspace sized for the largest layer
+// and every batch size, a fixed cuBLAS workspace. forward(n) only re-describes tensors when n changes
+// (host-only) and enqueues library calls.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cudnn/descriptors.hpp"
+#include "engine/cudnn/steps.hpp"
+#include "engine/gpu/gpu_executable.hpp"
+
+namespace engine::cudnn {
+
+class CudnnExecutable final : public gpu::GpuExecutable {
+ public:
+  CudnnExecutable(const Graph& graph, const CompileOptions& options);
+  ~CudnnExecutable() override;
+
+  void forward(int n) override;
+  std::string plan_summary() const override;
+
+ private:
+  void build_steps(const BuildContext& ctx);
+  bool blocks_overlap(int value_a, int value_b) const;
+  // Where a conv may write the value of the relu that follows it (see build_steps), or nullptr.
+  float* fused_relu_destination(size_t conv_index);
+  float* value_ptr(int value_id) const { return value_ptr_.at(size_t(value_id)); }
+
+  CudnnHandle cudnn_;
+  gpu::DeviceBuffer<unsigned char> cublas_workspace_;  // declared first: outlives the handle using it
+  CublasHandle cublas_;
+  std::vector<float*> value_ptr_;  // per value id: its arena block, or the block it was moved to
+  std::vector<std::string> fusion_notes_;
+  std::vector<gpu::DeviceBuffer<float>> private_blocks_;  // values moved out of the arena by a fusion
+  std::vector<std::unique_ptr<Step>> steps_;
+  gpu::DeviceBuffer<unsigned char> workspace_;  // convolution workspace, shared by every layer
+  RunContext run_ctx_;
+  int batch_ = -1;  // the n the descriptors currently describe
+  std::vector<std::string> summary_;
+};
+
+}  // namespace engine::cudnn

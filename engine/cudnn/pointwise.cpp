@@ -1,0 +1,113 @@
+// relu / tanh / sigmoid (cudnnActivationForward), softmax (cudnnSoftmaxForward, ACCURATE: the row max
+// is subtracted before exp, as model-format-v1 says) and add (cudnnOpTensor). Each sees a value as
+// [n, elements, 1, 1]: the per-sample shape does not matter to elementwise ops, and softmax runs over
+// all elements of a sample (CUDNN_SOFTMAX_MODE_INSTANCE). NaN propagates, so an element some earlier
+// step forgot to write still shows up in the output.
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "engine/cudnn/steps.hpp"
+
+namespace engine::cudnn {
+namespace {
+
+class ActivationStep final : public Step {
+ public:
+  ActivationStep(const BuildContext& ctx, const formats::Node& node, int64_t elements, const float* x, float* y)
+      : Step(node_label(node)), x_(x), y_(y), elements_(int(elements)) {
+    switch (node.op) {
+      case OpType::Relu: mode_ = CUDNN_ACTIVATION_RELU; break;
+      case OpType::Tanh: mode_ = CUDNN_ACTIVATION_TANH; break;
+      case OpType::Sigmoid: mode_ = CUDNN_ACTIVATION_SIGMOID; break;
+      default: throw std::logic_error(label_ + ": not an activation");
+    }
+    CUDNN_CHECK_CTX(cudnnSetActivationDescriptor(act_desc_, mode_, CUDNN_PROPAGATE_NAN, 0.0), label_);
+    set_batch(ctx.max_batch);
+  }
+  void set_batch(int n) override { set_nchw(desc_, n, elements_, 1, 1, label_); }
+  void enqueue(const RunContext& ctx) override {
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK_CTX(cudnnActivationForward(ctx.cudnn, act_desc_, &one, desc_, x_, &zero, desc_, y_), label_);
+  }
+  std::string summary() const override {
+    const char* mode = mode_ == CUDNN_ACTIVATION_RELU   ? "CUDNN_ACTIVATION_RELU"
+                       : mode_ == CUDNN_ACTIVATION_TANH ? "CUDNN_ACTIVATION_TANH"
+                                                        : "CUDNN_ACTIVATION_SIGMOID";
+    return fmt::format("{}: cudnnActivationForward {}", label_, mode);
+  }
+
+ private:
+  const float* x_;
+  float* y_;
+  int elements_;
+  cudnnActivationMode_t mode_ = CUDNN_ACTIVATION_RELU;
+  ActivationDesc act_desc_;
+  TensorDesc desc_;
+};
+
+class SoftmaxStep final : public Step {
+ public:
+  SoftmaxStep(const BuildContext& ctx, const formats::Node& node, int64_t elements, const float* x, float* y)
+      : Step(node_label(node)), x_(x), y_(y), elements_(int(elements)) {
+    set_batch(ctx.max_batch);
+  }
+  void set_batch(int n) override { set_nchw(desc_, n, elements_, 1, 1, label_); }
+  void enqueue(const RunContext& ctx) override {
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK_CTX(cudnnSoftmaxForward(ctx.cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, desc_,
+                                        x_, &zero, desc_, y_),
+                    label_);
+  }
+  std::string summary() const override {
+    return fmt::format("{}: cudnnSoftmaxForward CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE", label_);
+  }
+
+ private:
+  const float* x_;
+  float* y_;
+  int elements_;
+  TensorDesc desc_;
+};
+
+class AddStep final : public Step {
+ public:
+  AddStep(const BuildContext& ctx, const formats::Node& node, int64_t elements, const float* a, const float* b,
+          float* y)
+      : Step(node_label(node)), a_(a), b_(b), y_(y), elements_(int(elements)) {
+    CUDNN_CHECK_CTX(cudnnSetOpTensorDescriptor(op_desc_, CUDNN_OP_TENSOR_ADD, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN),
+                    label_);
+    set_batch(ctx.max_batch);
+  }
+  void set_batch(int n) override { set_nchw(desc_, n, elements_, 1, 1, label_); }
+  void enqueue(const RunContext& ctx) override {
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK_CTX(cudnnOpTensor(ctx.cudnn, op_desc_, &one, desc_, a_, &one, desc_, b_, &zero, desc_, y_), label_);
+  }
+  std::string summary() const override { return fmt::format("{}: cudnnOpTensor CUDNN_OP_TENSOR_ADD", label_); }
+
+ private:
+  const float* a_;
+  const float* b_;
+  float* y_;
+  int elements_;
+  OpTensorDesc op_desc_;
+  TensorDesc desc_;
+};
+
+}  // namespace
+
+std::unique_ptr<Step> make_activation_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
+                                           const float* x, float* y) {
+  return std::make_unique<ActivationStep>(ctx, node, elements, x, y);
+}
+std::unique_ptr<Step> make_softmax_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
+                                        const float* x, float* y) {
+  return std::make_unique<SoftmaxStep>(ctx, node, elements, x, y);
+}
+std::unique_ptr<Step> make_add_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
+                                    const float* a, const float* b, float* y) {
+  return std::make_unique<AddStep>(ctx, node, elements, a, b, y);
+}
+
+}  // namespace engine::cudnn

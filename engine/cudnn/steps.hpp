@@ -1,0 +1,119 @@
+#pragma once
+// One Step per executed node (or fused node pair). A step is built once at compile time: it creates
+// its descriptors, uploads its parameters, chooses its algorithm and reports the workspace it needs.
+// At run time it only updates host-side descriptors when the batch size changes (set_batch) and
+// enqueues library calls on the executable's stream (enqueue): no allocation, no synchronisation.
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/core/backend.hpp"
+#include "engine/cudnn/descriptors.hpp"
+#include "engine/gpu/buffers.hpp"
+
+namespace engine::cudnn {
+
+// What every step sees while it is being built.
+struct BuildContext {
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  CompileOptions options;
+  int max_batch = 1;
+  size_t workspace_limit = 0;  // largest convolution workspace an algorithm may ask for (bytes)
+};
+
+// What every step sees while it runs.
+struct RunContext {
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+class Step {
+ public:
+  explicit Step(std::string label) : label_(std::move(label)) {}
+  virtual ~Step() = default;
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+
+  // Host only: re-describes the tensors for n samples (1 <= n <= max_batch).
+  virtual void set_batch(int n) = 0;
+  // Enqueues the step's library calls on the handles' stream.
+  virtual void enqueue(const RunContext& ctx) = 0;
+  // Device workspace the step needs for every n <= max_batch (bytes).
+  virtual size_t workspace_bytes() const { return 0; }
+  // One line for plan_summary(): what runs and which decisions were made.
+  virtual std::string summary() const = 0;
+  const std::string& label() const { return label_; }
+
+ protected:
+  std::string label_;  // "node 'c1' (conv2d)": the context of every status check
+};
+
+// Copies an NCHW tensor into the interior of a scratch buffer whose border holds a constant (0 for
+// convolution and average pooling, -inf for max pooling), so cuDNN, whose descriptors only take
+// symmetric padding, can run asymmetrically padded windows with padding 0. The border is written
+// once at compile time; a run copies the interior only (cudnnTransformTensor).
+class ExplicitPad {
+ public:
+  ExplicitPad(const BuildContext& ctx, const std::string& label, int channels, int height, int width,
+              const formats::Window2D& window, float border_value, const float* source);
+  void set_batch(int n);
+  void enqueue(const RunContext& ctx);
+  const float* padded() const { return scratch_.data(); }
+  int padded_height() const { return padded_h_; }
+  int padded_width() const { return padded_w_; }
+  size_t scratch_bytes() const { return scratch_.bytes(); }
+
+ private:
+  std::string label_;
+  int c_, h_, w_, pad_top_, pad_left_, padded_h_, padded_w_;
+  const float* source_;
+  gpu::DeviceBuffer<float> scratch_;  // [max_batch, C, H + top + bottom, W + left + right]
+  TensorDesc source_desc_, interior_desc_;
+};
+
+// Parameter-free node kinds and the node families, one factory each (conv.cpp, pool.cpp, dense.cpp,
+// pointwise.cpp). `x` / `y` are device pointers to the [max_batch, elements] blocks of the input and
+// output values.
+struct ConvFusion {
+  bool relu = false;  // a following relu node is computed by this step, which then writes its value
+};
+std::unique_ptr<Step> make_conv_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
+                                     const float* x, float* y, ConvFusion fusion, const std::string& fused_name);
+std::unique_ptr<Step> make_pool_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
+                                     const float* x, float* y);
+std::unique_ptr<Step> make_dense_step(const BuildContext& ctx, const formats::Node& node, int64_t in_features,
+                                      const float* x, float* y);
+std::unique_ptr<Step> make_activation_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
+                                           const float* x, float* y);
+std::unique_ptr<Step> make_softmax_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
+                                        const float* x, float* y);
+std::unique_ptr<Step> make_add_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
+                                    const float* a, const float* b, float* y);
+
+// Why this backend cannot run `node` exactly, or nullopt.
+std::optional<std::string> unsupported_reason(const formats::Node& node);
+
+// "node 'c1' (conv2d)"
+std::string node_label(const formats::Node& node);
+// Copies host floats into a new device buffer (compile time only).
+gpu::DeviceBuffer<float> upload(const std::vector<float>& values, const std::string& what);
+// "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM"
+const char* algo_name(cudnnConvolutionFwdAlgo_t algo);
+const char* math_name(cudnnMathType_t math);
+std::string format_bytes(size_t bytes);
+
+}  // namespace engine::cudnn
+
+namespace engine::cudnn {
+// Versions of the libraries loaded at run time: "9.14.0", "13.0.2".
+std::string cudnn_version();
+std::string cublas_version();
+}  // namespace engine::cudnn

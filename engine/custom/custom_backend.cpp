@@ -1,0 +1,444 @@
+// The "custom" backend: the backend class, compile-time planning (weights upload, fusion, launch
+// configurations) and forward(). Kernels and their launchers live in the .cu files beside it, one
+// per op family; this file is plain C++ (fmt is fine here, not in .cu files).
+//
+// Fusion rule: an activation node (relu/tanh/sigmoid) is folded into the epilogue of the conv2d or
+// dense node that produces its input when that value is the activation's only reader (one
+// consumer) and not a graph output. The fused kernel writes act(result) into the activation's own
+// arena slot, so every later node reads what it would have read unfused; the producer's value is
+// never materialised. Any other case runs each node alone (the unfused path).
+//
+// Writing the activation's value at the producer's step (earlier than the core planner assumed)
+// needs its own arena layout: the core planner may give the activation's block to a value that
+// dies before the activation runs (typically the producer's input). So the backend re-runs the
+// same first-fit layout on its copy of the graph with each fused activation's lifetime starting at
+// its producer's step (and the producer's value dropped): no block then overlaps one that is live
+// while the fused kernel runs.
+#include "engine/custom/custom_backend.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "engine/custom/conv2d.hpp"
+#include "engine/custom/dense.hpp"
+#include "engine/custom/elementwise.hpp"
+#include "engine/custom/pooling.hpp"
+#include "engine/custom/softmax.hpp"
+#include "engine/gpu/device.hpp"
+#include "engine/gpu/gpu_executable.hpp"
+
+namespace engine::custom {
+namespace {
+
+std::optional<Activation> activation_of(OpType op) {
+  switch (op) {
+    case OpType::Relu: return Activation::Relu;
+    case OpType::Tanh: return Activation::Tanh;
+    case OpType::Sigmoid: return Activation::Sigmoid;
+    default: return std::nullopt;
+  }
+}
+
+// Per-sample arena intervals [offset, offset + elements): two values' [B, elements] blocks overlap
+// exactly when these do (both scale by the same B).
+bool blocks_overlap(const Value& a, const Value& b) {
+  return a.arena_offset < b.arena_offset + b.elements && b.arena_offset < a.arena_offset + a.elements;
+}
+
+DeviceLimits read_device_limits() {
+  DeviceLimits limits;
+  int device = 0, sms = 0, shared = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlock, device));
+  limits.multiprocessors = sms > 0 ? sms : 1;
+  // The default per-block limit (48 KiB) needs no cudaFuncSetAttribute.
+  limits.shared_per_block = shared > 0 ? size_t(shared) : size_t(48 * 1024);
+  return limits;
+}
+
+std::string device_description() {
+  try {
+    return gpu::describe(gpu::current_device());
+  } catch (const std::exception& e) {
+    return fmt::format("no GPU ({})", e.what());
+  }
+}
+
+int as_int(int64_t v) { return int(v); }  // per-sample sizes are < 2^31 (model-format-v1.md)
+
+// Which activation node is folded into which producer, and the graph with the arena laid out for
+// it (see the comment at the top of this file).
+struct FusionPlan {
+  Graph graph;
+  std::vector<int> fused_into;  // per node: index of the activation folded into it, or -1
+  std::vector<bool> absorbed;   // per node: an activation run by its producer's kernel
+  int dropped_values = 0;       // producer values never materialised
+  int64_t core_arena_floats = 0;  // the core planner's arena size, for the summary
+};
+
+constexpr int64_t kArenaAlignFloats = 32;  // as the core planner: 128-byte aligned blocks for any B
+
+// The core planner's first-fit layout (engine/core/graph.cpp) over the backend's own lifetimes.
+// A block is placed at the lowest offset that overlaps no earlier-placed block whose lifetime
+// [first, last] intersects its own (touching lifetimes conflict: a node reads its inputs while it
+// writes its output).
+void relayout_arena(Graph& g, const std::vector<int>& first, const std::vector<int>& last,
+                    const std::vector<bool>& dropped) {
+  struct Block {
+    int value, first, last;
+    int64_t size;
+  };
+  std::vector<Block> blocks;
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    if (g.values[id].alias_of >= 0 || dropped[id]) continue;
+    const int64_t size = (g.values[id].elements + kArenaAlignFloats - 1) / kArenaAlignFloats * kArenaAlignFloats;
+    blocks.push_back(Block{int(id), first[id], last[id], size});
+  }
+  std::vector<int64_t> offsets(blocks.size(), 0);
+  int64_t arena = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (size_t j = 0; j < i; ++j)
+      if (blocks[j].first <= blocks[i].last && blocks[i].first <= blocks[j].last)
+        busy.emplace_back(offsets[j], offsets[j] + blocks[j].size);
+    std::sort(busy.begin(), busy.end());
+    int64_t candidate = 0;
+    for (const auto& [begin, end] : busy) {
+      if (candidate + blocks[i].size <= begin) break;
+      candidate = std::max(candidate, end);
+    }
+    offsets[i] = candidate;
+    arena = std::max(arena, candidate + blocks[i].size);
+  }
+  for (Value& v : g.values) v.arena_offset = 0;  // dropped values: never read or written
+  for (size_t i = 0; i < blocks.size(); ++i) g.values[blocks[i].value].arena_offset = offsets[i];
+  for (Value& v : g.values)
+    if (v.alias_of >= 0) v.arena_offset = g.values[v.alias_of].arena_offset;
+  g.arena_floats_per_sample = arena;
+}
+
+FusionPlan plan_fusion(const Graph& graph) {
+  FusionPlan plan{graph, std::vector<int>(graph.nodes.size(), -1), std::vector<bool>(graph.nodes.size(), false), 0,
+                  graph.arena_floats_per_sample};
+  Graph& g = plan.graph;
+  const int count = int(g.nodes.size());
+  for (int i = 0; i < count; ++i) {
+    const OpType op = g.nodes[i].node->op;
+    if (op != OpType::Conv2D && op != OpType::Dense) continue;
+    const Value& produced = g.value(g.nodes[i].output);
+    if (produced.is_output || produced.consumers.size() != 1) continue;
+    const int j = produced.consumers[0];
+    if (j <= i || !activation_of(g.nodes[j].node->op)) continue;
+    plan.fused_into[i] = j;
+    plan.absorbed[j] = true;
+  }
+  if (std::find_if(plan.fused_into.begin(), plan.fused_into.end(), [](int j) { return j >= 0; }) ==
+      plan.fused_into.end())
+    return plan;  // nothing fused: the core planner's layout as it is
+
+  // Lifetimes as the core planner computes them, then: a fused activation's value is written at its
+  // producer's step; the producer's value is dropped.
+  const size_t nv = g.values.size();
+  std::vector<int> first(nv), last(nv);
+  std::vector<bool> dropped(nv, false);
+  for (size_t id = 0; id < nv; ++id) {
+    first[id] = g.values[id].producer;  // -1 for the graph input
+    last[id] = std::max(first[id], g.values[id].last_use);
+  }
+  for (const Value& v : g.values)
+    if (v.alias_of >= 0) last[v.alias_of] = std::max(last[v.alias_of], v.last_use);
+  for (int i = 0; i < count; ++i) {
+    if (plan.fused_into[i] < 0) continue;
+    dropped[g.nodes[i].output] = true;
+    ++plan.dropped_values;
+    first[g.nodes[plan.fused_into[i]].output] = i;
+  }
+  relayout_arena(g, first, last, dropped);
+  return plan;
+}
+
+struct ConvStep { Conv2dArgs args; Conv2dLaunch launch; };
+struct PoolStep { Pool2dArgs args; PoolLaunch launch; bool max = true; };
+struct ActivationStep { const float* x; float* y; int64_t elements; Activation act; ElementwiseLaunch launch; };
+struct AddStep { const float* a; const float* b; float* y; int64_t elements; ElementwiseLaunch launch; };
+struct DenseStep { DenseArgs args; DenseLaunch launch; };
+struct SoftmaxStep { const float* x; float* y; int64_t length; SoftmaxLaunch launch; };
+struct CopyStep { const float* x; float* y; int64_t elements; };  // flatten the planner did not alias
+
+using StepOp = std::variant<ConvStep, PoolStep, ActivationStep, AddStep, DenseStep, SoftmaxStep, CopyStep>;
+
+struct Step {
+  std::string context;  // "node 'c1' (conv2d + relu 'r1')": names the node in every CUDA error
+  StepOp op;
+};
+
+class CustomExecutable final : public gpu::GpuExecutable {
+ public:
+  CustomExecutable(const Graph& graph, const CompileOptions& options)
+      : CustomExecutable(plan_fusion(graph), options) {}
+
+  void forward(int n) override;
+  std::string plan_summary() const override { return summary_; }
+
+ private:
+  explicit CustomExecutable(FusionPlan plan, const CompileOptions& options) : GpuExecutable(plan.graph, options) {
+    const std::vector<int>& fused_into = plan.fused_into;
+    const std::vector<bool>& absorbed = plan.absorbed;
+    const DeviceLimits limits = read_device_limits();
+    const auto& nodes = graph_.nodes;
+    const int count = int(nodes.size());
+    std::vector<std::string> lines;
+    lines.push_back(fmt::format(
+        "custom: hand-written CUDA kernels on {}; fp32 storage, double accumulation (the CPU reference's order); "
+        "deterministic by construction (no atomics){}",
+        device_description(),
+        options.precision == Precision::TF32 ? "; TF32 requested: these kernels have no TF32 path, fp32 used" : ""));
+    lines.push_back(fmt::format("arena: {} floats/sample x {} = {:.2f} MiB", graph_.arena_floats_per_sample,
+                                max_batch_, double(graph_.arena_floats_per_sample) * max_batch_ * 4 / (1 << 20)));
+
+    if (plan.dropped_values > 0)
+      lines.push_back(fmt::format("fusion: {} activation(s) folded into conv2d/dense epilogues; arena re-laid out "
+                                  "for them ({} floats/sample, core plan {})",
+                                  plan.dropped_values, graph_.arena_floats_per_sample, plan.core_arena_floats));
+
+    const ElementwiseLaunch elementwise = elementwise_plan(limits);
+    for (int i = 0; i < count; ++i) {
+      if (absorbed[i]) continue;
+      const PlannedNode& planned = nodes[i];
+      const formats::Node& node = *planned.node;
+      const Value& in = graph_.value(planned.inputs.at(0));
+      const int out_id = fused_into[i] >= 0 ? nodes[fused_into[i]].output : planned.output;
+      const Value& out = graph_.value(out_id);
+      const Activation fused_act =
+          fused_into[i] >= 0 ? *activation_of(nodes[fused_into[i]].node->op) : Activation::None;
+      const std::string fused_text =
+          fused_into[i] >= 0 ? fmt::format(" + {} '{}'", activation_name(fused_act), nodes[fused_into[i]].node->name)
+                             : std::string();
+      const std::string context = fmt::format("node '{}' ({}{})", node.name, formats::op_name(node.op), fused_text);
+      check_no_overlap(planned, out, context);
+      const float* x = device_value(planned.inputs[0]);
+      float* y = device_value(out_id);
+
+      switch (node.op) {
+        case OpType::Conv2D: {
+          Conv2dArgs a;
+          a.x = x;
+          a.y = y;
+          a.weight = upload(node.weight, node.name, "weight");
+          a.bias = upload(node.bias, node.name, "bias");
+          a.activation = fused_act;
+          Conv2dShape& s = a.shape;
+          s.channels = as_int(in.shape.at(0));
+          s.height = as_int(in.shape.at(1));
+          s.width = as_int(in.shape.at(2));
+          s.out_channels = as_int(out.shape.at(0));
+          s.out_height = as_int(out.shape.at(1));
+          s.out_width = as_int(out.shape.at(2));
+          s.kernel_h = node.window.kernel_h;
+          s.kernel_w = node.window.kernel_w;
+          s.stride_h = node.window.stride_h;
+          s.stride_w = node.window.stride_w;
+          s.pad_top = node.window.pad_top;
+          s.pad_left = node.window.pad_left;
+          const Conv2dLaunch l = conv2d_plan(s, limits);
+          if (l.tiled)
+            lines.push_back(fmt::format(
+                "{}: conv2d_forward tiled, block {}x{}x{} ({} px x {} out channels), grid n*{} x {}, {} in channel(s) "
+                "per chunk, {} B shared",
+                context, l.tile_w, l.tile_h, l.oz, l.tile_w * l.tile_h, l.oz * kConvOcPerThread, l.tiles_x * l.tiles_y,
+                l.oc_groups, l.channels_per_chunk, l.shared_bytes));
+          else
+            lines.push_back(fmt::format("{}: conv2d_forward direct (window too large to stage), {} threads/block",
+                                        context, l.threads));
+          steps_.push_back({context, ConvStep{a, l}});
+          break;
+        }
+        case OpType::MaxPool:
+        case OpType::AvgPool: {
+          Pool2dArgs a;
+          a.x = x;
+          a.y = y;
+          a.count_include_pad = node.count_include_pad;
+          Pool2dShape& s = a.shape;
+          s.channels = as_int(in.shape.at(0));
+          s.height = as_int(in.shape.at(1));
+          s.width = as_int(in.shape.at(2));
+          s.out_height = as_int(out.shape.at(1));
+          s.out_width = as_int(out.shape.at(2));
+          s.kernel_h = node.window.kernel_h;
+          s.kernel_w = node.window.kernel_w;
+          s.stride_h = node.window.stride_h;
+          s.stride_w = node.window.stride_w;
+          s.pad_top = node.window.pad_top;
+          s.pad_left = node.window.pad_left;
+          const PoolLaunch l = pool_plan(s, limits);
+          const bool is_max = node.op == OpType::MaxPool;
+          lines.push_back(fmt::format("{}: {}_forward, one thread per output, {} threads/block{}", context,
+                                      is_max ? "maxpool" : "avgpool", l.threads,
+                                      is_max ? "" : (node.count_include_pad ? ", count_include_pad" : ", exclude pad")));
+          steps_.push_back({context, PoolStep{a, l, is_max}});
+          break;
+        }
+        case OpType::Relu:
+        case OpType::Tanh:
+        case OpType::Sigmoid: {
+          const Activation act = *activation_of(node.op);
+          lines.push_back(fmt::format("{}: activation_forward ({}), {} threads/block", context, activation_name(act),
+                                      elementwise.threads));
+          steps_.push_back({context, ActivationStep{x, y, in.elements, act, elementwise}});
+          break;
+        }
+        case OpType::Add: {
+          lines.push_back(fmt::format("{}: add_forward, {} threads/block", context, elementwise.threads));
+          steps_.push_back({context, AddStep{x, device_value(planned.inputs.at(1)), y, in.elements, elementwise}});
+          break;
+        }
+        case OpType::Dense: {
+          DenseArgs a;
+          a.x = x;
+          a.y = y;
+          a.weight = upload(node.weight, node.name, "weight");
+          a.bias = upload(node.bias, node.name, "bias");
+          a.in_features = as_int(in.elements);
+          a.units = as_int(out.elements);
+          a.activation = fused_act;
+          const DenseLaunch l = dense_plan(a.in_features, a.units, max_batch_, limits);
+          lines.push_back(fmt::format("{}: dense_forward tiled SGEMM, {}x{} output tile, 16x16 threads, K step 16",
+                                      context, l.tile(), l.tile()));
+          steps_.push_back({context, DenseStep{a, l}});
+          break;
+        }
+        case OpType::Softmax: {
+          const SoftmaxLaunch l = softmax_plan(in.elements, limits);
+          lines.push_back(fmt::format("{}: softmax_forward, one warp per row, {} rows per block", context,
+                                      l.warps_per_block));
+          steps_.push_back({context, SoftmaxStep{x, y, in.elements, l}});
+          break;
+        }
+        case OpType::Flatten: {
+          if (graph_.value(planned.output).arena_offset == in.arena_offset) {
+            lines.push_back(fmt::format("{}: view of '{}' (no kernel)", context, in.name));
+          } else {
+            lines.push_back(fmt::format("{}: device-to-device copy (the planner did not alias it)", context));
+            steps_.push_back({context, CopyStep{x, y, in.elements}});
+          }
+          break;
+        }
+      }
+    }
+    for (const auto& line : lines) summary_ += (summary_.empty() ? "" : "\n") + line;
+    CUDA_CHECK_CTX(cudaStreamSynchronize(stream()), "uploading weights");
+  }
+
+  void run_steps(int n) {
+    const cudaStream_t s = stream();
+    for (const Step& step : steps_) {
+      std::visit(
+          [&](const auto& op) {
+            using T = std::decay_t<decltype(op)>;
+            if constexpr (std::is_same_v<T, ConvStep>) {
+              conv2d_forward(op.args, op.launch, n, s, step.context);
+            } else if constexpr (std::is_same_v<T, PoolStep>) {
+              if (op.max) maxpool_forward(op.args, op.launch, n, s, step.context);
+              else avgpool_forward(op.args, op.launch, n, s, step.context);
+            } else if constexpr (std::is_same_v<T, ActivationStep>) {
+              activation_forward(op.x, op.y, op.elements * n, op.act, op.launch, s, step.context);
+            } else if constexpr (std::is_same_v<T, AddStep>) {
+              add_forward(op.a, op.b, op.y, op.elements * n, op.launch, s, step.context);
+            } else if constexpr (std::is_same_v<T, DenseStep>) {
+              dense_forward(op.args, op.launch, n, s, step.context);
+            } else if constexpr (std::is_same_v<T, SoftmaxStep>) {
+              softmax_forward(op.x, op.y, n, op.length, op.launch, s, step.context);
+            } else if constexpr (std::is_same_v<T, CopyStep>) {
+              CUDA_CHECK_CTX(cudaMemcpyAsync(op.y, op.x, size_t(op.elements) * size_t(n) * sizeof(float),
+                                             cudaMemcpyDeviceToDevice, s),
+                             step.context);
+            }
+          },
+          step.op);
+    }
+  }
+
+  // Parameters go to the device once, here; nullptr for an absent optional tensor.
+  const float* upload(const std::optional<formats::Tensor>& tensor, const std::string& node, const char* role) {
+    if (!tensor) return nullptr;
+    const std::string what = fmt::format("{} of node '{}'", role, node);
+    if (tensor->values.empty()) throw std::invalid_argument(fmt::format("custom: empty {}", what));
+    gpu::DeviceBuffer<float> buffer(tensor->values.size(), what);
+    // On our stream (a non-blocking stream does not order with the legacy default stream that a
+    // plain cudaMemcpy uses); the constructor synchronizes once after the last upload.
+    CUDA_CHECK_CTX(cudaMemcpyAsync(buffer.data(), tensor->values.data(), buffer.bytes(), cudaMemcpyHostToDevice,
+                                   stream()),
+                   "uploading " + what);
+    weights_.push_back(std::move(buffer));
+    return weights_.back().data();
+  }
+
+  // The planner never gives a node's output the block of one of its inputs (lifetimes that touch
+  // conflict); the kernels rely on it (__restrict__, windows read after neighbours are written).
+  void check_no_overlap(const PlannedNode& planned, const Value& out, const std::string& context) const {
+    if (planned.node->op == OpType::Flatten) return;
+    for (int in : planned.inputs)
+      if (blocks_overlap(graph_.value(in), out))
+        throw std::logic_error(fmt::format("custom: {} would write its output over its input '{}' in the arena",
+                                           context, graph_.value(in).name));
+  }
+
+  std::vector<gpu::DeviceBuffer<float>> weights_;
+  std::vector<Step> steps_;
+  std::string summary_;
+};
+
+void CustomExecutable::forward(int n) { run_steps(n); }
+
+class CustomBackend final : public Backend {
+ public:
+  std::string name() const override { return "custom"; }
+  std::string description() const override {
+    return "hand-written CUDA kernels (no cuDNN, no cuBLAS) on " + device_description();
+  }
+  std::optional<std::string> unsupported(const formats::Node& node) const override {
+    switch (node.op) {
+      case OpType::Conv2D:
+      case OpType::Dense:
+        if (!node.weight) return std::string("no weight tensor");
+        return std::nullopt;
+      case OpType::AvgPool: case OpType::MaxPool: case OpType::Relu: case OpType::Tanh: case OpType::Sigmoid:
+      case OpType::Flatten: case OpType::Softmax: case OpType::Add:
+        return std::nullopt;
+    }
+    return std::string("op not implemented by the custom backend");
+  }
+  std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
+    check_supported(*this, graph);
+    return std::make_unique<CustomExecutable>(graph, options);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_custom_backend() { return std::make_unique<CustomBackend>(); }
+
+}  // namespace engine::custom
+
+namespace engine {
+
+void register_custom_backend(BackendRegistry& registry) {
+  registry.add(BackendEntry{
+      .name = "custom",
+      .summary = "hand-written CUDA kernels (no cuDNN, no cuBLAS): fp32, double accumulation, deterministic",
+      .priority = 20,
+      .unavailable_reason = [] { return gpu::no_gpu_reason(); },
+      .create = [] { return custom::make_custom_backend(); },
+  });
+}
+
+}  // namespace engine

@@ -1,0 +1,49 @@
+#include "engine/custom/elementwise.hpp"
+
+#include <algorithm>
+
+#include "engine/custom/device_math.cuh"
+#include "engine/gpu/cuda_check.hpp"
+
+namespace engine::custom {
+namespace {
+
+// `x` and `y` may be the same block (elementwise in place is safe): no __restrict__ here.
+__global__ void activation_forward_kernel(const float* x, float* y, int64_t count, Activation act) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = apply_activation(x[i], act);
+}
+
+__global__ void add_forward_kernel(const float* a, const float* b, float* y, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = a[i] + b[i];
+}
+
+int blocks_for(int64_t count, const ElementwiseLaunch& l) {
+  return int(std::max<int64_t>(1, std::min<int64_t>((count + l.threads - 1) / l.threads, l.max_blocks)));
+}
+
+}  // namespace
+
+ElementwiseLaunch elementwise_plan(const DeviceLimits& limits) {
+  ElementwiseLaunch l;
+  l.threads = 256;
+  l.max_blocks = std::max(limits.multiprocessors, 1) * 32;
+  return l;
+}
+
+void activation_forward(const float* x, float* y, int64_t count, Activation act, const ElementwiseLaunch& l,
+                        cudaStream_t stream, const std::string& context) {
+  if (count <= 0) return;
+  activation_forward_kernel<<<blocks_for(count, l), l.threads, 0, stream>>>(x, y, count, act);
+  CUDA_CHECK_LAUNCH(context);
+}
+
+void add_forward(const float* a, const float* b, float* y, int64_t count, const ElementwiseLaunch& l,
+                 cudaStream_t stream, const std::string& context) {
+  if (count <= 0) return;
+  add_forward_kernel<<<blocks_for(count, l), l.threads, 0, stream>>>(a, b, y, count);
+  CUDA_CHECK_LAUNCH(context);
+}
+
+}  // namespace engine::custom
