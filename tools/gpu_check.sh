@@ -27,9 +27,11 @@ for s in "${steps[@]}"; do
     grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped" "$OUT/ctest.log" | tail -40
     ;;
   sanitize)
+    # The filtered-out tests provoke CUDA API errors on purpose (bad launch shape, out of memory),
+    # which memcheck would count.
     for tool in memcheck racecheck initcheck; do
       ENGINE_SANITIZER_RUN=1 timeout ${SANITIZER_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
-        $B/tests/gpu/gpu_tests --gtest_brief=1 >"$OUT/sanitizer-$tool.log" 2>&1; rc=$?
+        $B/tests/gpu/gpu_tests --gtest_brief=1 --gtest_filter="-*InvalidLaunch*:*OutOfMemory*" >"$OUT/sanitizer-$tool.log" 2>&1; rc=$?
       echo "compute-sanitizer $tool: rc=$rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)"
       ((rc == 0)) || status=1
     done

@@ -28,6 +28,9 @@ DeviceBuffer<float> to_device(const std::vector<float>& host, const std::string&
 DeviceBuffer<float> poisoned(size_t count, const std::string& what) {
   DeviceBuffer<float> d(count, what);
   CUDA_CHECK(cudaMemset(d.data(), 0xFF, d.bytes()));
+  // cudaMemset runs on the legacy default stream, which does not order with the test's
+  // non-blocking stream: wait for it, or the poison can land after the kernel's results.
+  CUDA_CHECK(cudaDeviceSynchronize());
   return d;
 }
 
