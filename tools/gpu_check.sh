@@ -44,7 +44,23 @@ for s in "${steps[@]}"; do
     done
     ;;
   bench)
-    $B/engine bench models/lenet5.json --backend all --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" || status=1
+    # engine bench (every backend and batch, plain and CUDA-graph, per-layer profile), engine bench
+    # ops, PyTorch side by side on the same GPU, every panel in one PNG: 5 files in $OUT (bench.json,
+    # ops.json, torch.json, bench.png, bench.log), at most about 6 minutes (each part has a timeout).
+    # BENCH_MODEL picks another model, BENCH_DURATION the seconds per repetition (default 0.5); plots
+    # are redrawn from the JSON files with tools/plot_bench.py (docs/benchmarks.md).
+    bench_all() {
+      local rc=0 model=${BENCH_MODEL:-models/lenet5.json}
+      local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+      timeout 180 $B/engine bench "$model" --backend all --batch 1,64,1024,65536 --cuda-graph --profile \
+        --duration "${BENCH_DURATION:-0.5}" --repetitions 3 --max-cpu-batch 65536 --json "$OUT/bench.json" || rc=1
+      timeout 70 $B/engine bench ops --min-time 50 --json "$OUT/ops.json" || rc=1
+      timeout 80 "$py" tools/bench_torch.py "$model" --engine "$OUT/bench.json" --json "$OUT/torch.json" || rc=1
+      timeout 30 "$py" tools/plot_bench.py --bench "$OUT/bench.json" --torch "$OUT/torch.json" --ops "$OUT/ops.json" \
+        --combined "$OUT/bench.png" || echo "plots not drawn here: run tools/plot_bench.py on the JSON files"
+      return $rc
+    }
+    bench_all 2>&1 | tee "$OUT/bench.log" || status=1
     ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac

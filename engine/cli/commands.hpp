@@ -5,6 +5,10 @@
 #include <optional>
 #include <string>
 
+namespace CLI {
+class App;
+}
+
 namespace engine::cli {
 
 struct RunOptions {
@@ -35,5 +39,8 @@ int run_command(const RunOptions& options);
 int info_command(const InfoOptions& options);
 int show_command(const ShowOptions& options);
 int backends_command();
+// engine bench MODEL / engine bench ops (bench_command.cpp): registers the subcommand and its options.
+CLI::App* add_bench_command(CLI::App& app);
+int bench_command(const CLI::App& bench);
 
 }  // namespace engine::cli

@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   show_cmd->add_option("--labels", show.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
 
   auto* backends_cmd = app.add_subcommand("backends", "List the backends built in and whether each can run here");
+  auto* bench_cmd = engine::cli::add_bench_command(app);
 
   try {
     app.parse(argc, argv);
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     if (*info_cmd) return engine::cli::info_command(info);
     if (*show_cmd) return engine::cli::show_command(show);
     if (*backends_cmd) return engine::cli::backends_command();
+    if (*bench_cmd) return engine::cli::bench_command(*bench_cmd);
     return 2;
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());  // already "file: problem"

@@ -143,6 +143,17 @@ Graph plan_graph(std::shared_ptr<const formats::Model> model) {
     int64_t per_output = 1;
     bool overflow = false;
     if (node.op == OpType::Conv2D || node.op == OpType::AvgPool || node.op == OpType::MaxPool) {
+      // Backends index windows with 32-bit ints (CUDA kernels, cuDNN descriptors): the padded input
+      // and the window's area must fit, or `i * stride - pad` and `kh * kw` overflow.
+      const formats::Window2D& w = node.window;
+      const int64_t padded_h = in.shape.at(1) + w.pad_top + w.pad_bottom, padded_w = in.shape.at(2) + w.pad_left + w.pad_right;
+      if (padded_h > kMaxWindowExtent || padded_w > kMaxWindowExtent ||
+          int64_t{w.kernel_h} * w.kernel_w > kMaxWindowExtent)
+        throw std::invalid_argument(fmt::format(
+            "model '{}': node '{}' ({}): padded input {}x{} with a {}x{} window exceeds the engine's limit of {} "
+            "for a padded side and for a window's area",
+            model->name, node.name, formats::op_name(node.op), padded_h, padded_w, w.kernel_h, w.kernel_w,
+            kMaxWindowExtent));
       overflow = __builtin_mul_overflow(int64_t{node.window.kernel_h}, int64_t{node.window.kernel_w}, &per_output) ||
                  (node.op == OpType::Conv2D && __builtin_mul_overflow(per_output, in.shape.at(0), &per_output));
     } else if (node.op == OpType::Dense) {

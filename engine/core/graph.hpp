@@ -58,5 +58,8 @@ Graph plan_graph(std::shared_ptr<const formats::Model> model);
 // of letting a backend allocate gigabytes or compute for days.
 inline constexpr int64_t kMaxArenaFloatsPerSample = int64_t{1} << 28;   // 1 GiB of float32 activations
 inline constexpr int64_t kMaxMultiplyAddsPerSample = int64_t{1} << 36;  // about 6.9e10
+// conv2d / pooling: a padded input side (H + pad_top + pad_bottom, W + pad_left + pad_right) and a
+// window's area (kh * kw) at most this, so that backends' 32-bit window arithmetic cannot overflow.
+inline constexpr int64_t kMaxWindowExtent = 2147483647;
 
 }  // namespace engine

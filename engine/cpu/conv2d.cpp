@@ -9,11 +9,12 @@ namespace {
 struct Range {
   int first, last;
 };
-Range inside(int offset, int stride, int size, int outputs) {
-  const int first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
-  const int span = size - 1 - offset;
-  const int last = span < 0 ? 0 : std::min(outputs, span / stride + 1);
-  return {std::min(first, last), last};
+// In 64 bits: offset may be -(2^31 - 2) (padding just under a huge kernel), stride up to 2^31 - 1.
+Range inside(int64_t offset, int64_t stride, int64_t size, int outputs) {
+  const int64_t first = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t span = size - 1 - offset;
+  const int64_t last = span < 0 ? 0 : std::min<int64_t>(outputs, span / stride + 1);
+  return {int(std::min(first, last)), int(last)};
 }
 
 }  // namespace
@@ -35,13 +36,13 @@ void conv2d(const float* x, Dims3 in, const float* weight, const float* bias, co
           const double w = weight[((int64_t(o) * in.channels + c) * kh + p) * kw + q];
           const Range cols = inside(q - win.pad_left, sw, in.width, out.width);
           for (int i = rows.first; i < rows.last; ++i) {
-            const float* x_row = x_c + int64_t(i * sh + p - win.pad_top) * in.width;
+            const float* x_row = x_c + (int64_t(i) * sh + p - win.pad_top) * in.width;
             double* a_row = acc + int64_t(i) * out.width;
             const int shift = q - win.pad_left;
             if (sw == 1) {  // the common case, with contiguous loads
               for (int j = cols.first; j < cols.last; ++j) a_row[j] += double(x_row[j + shift]) * w;
             } else {
-              for (int j = cols.first; j < cols.last; ++j) a_row[j] += double(x_row[j * sw + shift]) * w;
+              for (int j = cols.first; j < cols.last; ++j) a_row[j] += double(x_row[int64_t(j) * sw + shift]) * w;
             }
           }
         }

@@ -1,0 +1,170 @@
+"""CPU-only smoke of the benchmarks: `engine bench MODEL`, `engine bench ops`, tools/bench_torch.py and
+tools/plot_bench.py run, exit 0 and write JSON with sane fields. No timing assertions: the numbers
+depend on the machine; only their consistency is checked (min <= median <= max, rates > 0, ...).
+
+A small LeNet-shaped model with random weights is written by the test itself, so nothing committed is
+needed. The engine is $ENGINE_BIN, else the first built of export.ENGINE_CANDIDATES; skipped when
+none is built. Kept short (a few seconds): tiny batches, durations of tens of milliseconds.
+"""
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cnnengine import export
+from cnnengine import model_format as mf
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+FAST = ["--warmup", "5", "--iterations", "2", "--duration", "0.02", "--repetitions", "2"]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    path = export.engine_binary()
+    if path is None:
+        pytest.skip("engine not built: set $ENGINE_BIN or build one of "
+                    + ", ".join(f"<repo>/{c}" for c in export.ENGINE_CANDIDATES))
+    return path
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """uint8 [1, 12, 12] -> conv 4@3x3 + tanh -> avgpool 2 -> flatten -> dense 10 -> softmax."""
+    rng = np.random.default_rng(7)
+    graph = {
+        "name": "bench-smoke",
+        "input": {"name": "image", "dtype": "uint8", "shape": [1, 12, 12],
+                  "preprocess": {"scale": float(np.float32(1 / 255)), "mean": [0.0], "std": [1.0],
+                                 "pad": [1, 1, 1, 1]}},
+        "nodes": [
+            {"name": "c1", "op": "conv2d", "inputs": ["image"], "attrs": {"out_channels": 4, "kernel": [3, 3]},
+             "tensors": {"weight": "c1.w", "bias": "c1.b"}},
+            {"name": "t1", "op": "tanh", "inputs": ["c1"]},
+            {"name": "p1", "op": "avgpool", "inputs": ["t1"], "attrs": {"kernel": [2, 2], "count_include_pad": True}},
+            {"name": "flat", "op": "flatten", "inputs": ["p1"]},
+            {"name": "f1", "op": "dense", "inputs": ["flat"], "attrs": {"units": 10},
+             "tensors": {"weight": "f1.w", "bias": "f1.b"}},
+            {"name": "prob", "op": "softmax", "inputs": ["f1"]},
+        ],
+        "outputs": ["prob"],
+    }
+    tensors = {"c1.w": rng.normal(0, 0.3, (4, 1, 3, 3)), "c1.b": rng.normal(0, 0.1, (4,)),
+               "f1.w": rng.normal(0, 0.1, (10, 144)), "f1.b": rng.normal(0, 0.1, (10,))}
+    path = tmp_path_factory.mktemp("bench") / "smoke.json"
+    mf.write_model(path, graph, tensors)
+    return path
+
+
+def run(cmd, timeout=120):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def check_stats(s, where):
+    assert s["count"] >= 1, where
+    assert 0 <= s["min"] <= s["median"] <= s["max"], (where, s)
+    assert s["min"] <= s["mean"] <= s["max"], (where, s)
+    for p in ("p90", "p99"):
+        assert s["median"] <= s[p] <= s["max"], (where, p, s)
+
+
+@pytest.fixture(scope="module")
+def bench_json(engine, model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench-out") / "bench.json"
+    proc = run([engine, "bench", model, "--backend", "all", "--batch", "1,8", "--profile", "--cuda-graph",
+                "--json", out] + FAST)
+    assert "summary" in proc.stdout
+    return json.loads(out.read_text()), proc.stdout, out
+
+
+def test_model_bench_json(bench_json):
+    doc, stdout, _ = bench_json
+    assert doc["schema"] == "cnn-engine-bench/1"
+    assert doc["model"]["name"] == "bench-smoke"
+    # conv: 4 x 12 x 12 outputs x 9 multiply-adds; dense: 144 x 10
+    assert doc["model"]["multiply_adds_per_image"] == 4 * 12 * 12 * 9 + 144 * 10
+    assert doc["model"]["flops_per_image"] == 2 * doc["model"]["multiply_adds_per_image"]
+    assert doc["git_commit"] and doc["timestamp"]
+    assert doc["host"]["threads"] >= 1 and doc["host"]["fp32_rate_gflops_one_thread"] > 0
+    assert "available" in doc["device"]
+    results = doc["results"]
+    cpu = [r for r in results if r["backend"] == "cpu"]
+    assert {(r["batch"], r["scope"]) for r in cpu} == {(1, "compute"), (1, "e2e"), (8, "compute"), (8, "e2e")}
+    for r in results:
+        where = f"{r['backend']} batch {r['batch']} {r['scope']} {r['mode']}"
+        assert r["outputs_finite"], where
+        assert r["images_per_s"] > 0 and r["wall_images_per_s"] > 0, where
+        assert len(r["repetitions"]) == 2, where
+        assert all(rep["iterations"] >= 2 for rep in r["repetitions"]), where
+        check_stats(r["latency_ms"], where)
+        if r["scope"] == "e2e":
+            for k in ("h2d_ms", "compute_ms", "d2h_ms"):
+                check_stats(r[k], f"{where} {k}")
+        assert r["ceiling_images_per_s"] > 0 and r["fraction_of_ceiling"] > 0, where
+    # Without a GPU the GPU backends are reported, not run; with one they ran.
+    if not doc["device"]["available"]:
+        names = {s["backend"] for s in doc["skipped"]}
+        assert {"custom", "cudnn"} <= names or all(r["backend"] == "cpu" for r in results)
+        assert "not available" in stdout or "not available" in json.dumps(doc["skipped"])
+    # --profile: one table per backend run, a row per node.
+    assert doc["profiles"], "no --profile table"
+    for p in doc["profiles"]:
+        layers = [row["layer"] for row in p["layers"] if not row["layer"].startswith("(")]
+        assert layers == ["c1", "t1", "p1", "flat", "f1", "prob"], layers
+
+
+def test_model_bench_rejects_bad_arguments(engine, model):
+    proc = subprocess.run([str(engine), "bench", str(model), "--backend", "nosuch"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "nosuch" in proc.stderr
+    proc = subprocess.run([str(engine), "bench"], capture_output=True, text=True)
+    assert proc.returncode == 2
+
+
+def test_ops_bench_json(engine, tmp_path):
+    out = tmp_path / "ops.json"
+    run([engine, "bench", "ops", "--n", "16,48", "--sweep-n", "64", "--min-time", "1", "--min-iterations", "2",
+         "--json", out])
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "cnn-engine-bench-ops/1"
+    rows = [r for r in doc["results"] if "ms" in r]
+    for op, flops in (("add", lambda n: n * n), ("matmul", lambda n: 2 * n ** 3)):
+        for n in (16, 48):
+            cpu1 = [r for r in rows if r["op"] == op and r["n"] == n and r["impl"] == "cpu-1t"]
+            assert cpu1, (op, n)
+            r = cpu1[0]
+            assert r["flops"] == flops(n) and r["bytes"] == 12 * n * n
+            assert r["all_written"] and r["rel_error"] < 1e-5, r
+            check_stats(dict(r["ms"], p99=r["ms"]["max"]), f"{op} {n}")
+    gpu_rows = [r for r in rows if not r["impl"].startswith("cpu")]
+    if doc["device"]["available"]:
+        assert gpu_rows and all(r["all_written"] and r["rel_error"] < 1e-4 for r in gpu_rows)
+        assert set(doc["crossover"]) == {"add", "matmul"}
+    else:
+        assert not gpu_rows
+
+
+def test_torch_side_by_side_and_plots(bench_json, model, tmp_path):
+    pytest.importorskip("torch")
+    _, _, bench_path = bench_json
+    out = tmp_path / "torch.json"
+    proc = run([sys.executable, REPO / "tools" / "bench_torch.py", model, "--engine", bench_path, "--device", "cpu",
+                "--json", out] + FAST, timeout=300)
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "cnn-engine-bench/1"
+    assert {(r["batch"], r["scope"], r["mode"]) for r in doc["results"]} == {
+        (1, "compute", "eager"), (1, "e2e", "eager"), (8, "compute", "eager"), (8, "e2e", "eager")}
+    for r in doc["results"]:
+        assert r["outputs_finite"] and r["images_per_s"] > 0
+        check_stats(r["latency_ms"], f"pytorch {r['batch']} {r['scope']}")
+    assert doc["ratios"] and all(x["ratio"] > 0 for x in doc["ratios"])
+    assert "engine / PyTorch" in proc.stdout
+
+    pytest.importorskip("matplotlib")
+    figs = tmp_path / "figs"
+    run([sys.executable, REPO / "tools" / "plot_bench.py", "--bench", bench_path, "--torch", out, "-o", figs])
+    for name in ("throughput.png", "latency.png"):
+        assert (figs / name).stat().st_size > 1000
