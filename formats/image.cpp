@@ -89,6 +89,33 @@ extern "C" void jpeg_note(j_common_ptr info, int level) {
 
 extern "C" void jpeg_silent(j_common_ptr) {}
 
+// A progressive JPEG is decoded scan by scan over the whole image, and a scan may be a few bytes:
+// a 100 KB file of 1000 scans of a 4096×4096 image costs half a minute, a bigger one hours. The
+// progress monitor stops a file whose scans × 8×8 blocks exceed kMaxJpegBlockScans (about ten
+// seconds of work; a 16384×16384 grayscale image may still have 23 scans, ordinary progressive
+// files have 6 to 10) or whose scans exceed kMaxJpegScans (formats/README.md, limits).
+constexpr int kMaxJpegScans = 1000;
+constexpr double kMaxJpegBlockScans = 1e8;
+
+struct JpegProgress {
+  jpeg_progress_mgr base;
+  double blocks = 0;  // 8×8 blocks of every component, one scan over the whole image
+};
+
+extern "C" void jpeg_check_scans(j_common_ptr common) {
+  const auto* info = reinterpret_cast<j_decompress_ptr>(common);
+  const auto* progress = reinterpret_cast<const JpegProgress*>(common->progress);
+  const int scans = info->input_scan_number;
+  if (scans > kMaxJpegScans || scans * progress->blocks > kMaxJpegBlockScans) {
+    auto* errors = reinterpret_cast<JpegErrors*>(common->err);
+    std::snprintf(errors->message, sizeof errors->message,
+                  "JPEG has too many scans for its size (%d scans of %u×%u pixels so far; at most %d scans "
+                  "and %.0f million scanned 8×8 blocks)",
+                  scans, info->image_width, info->image_height, kMaxJpegScans, kMaxJpegBlockScans / 1e6);
+    std::longjmp(errors->jump, 1);
+  }
+}
+
 // Only trivially destructible objects live in this frame, so longjmp skips no destructor.
 // Returns malloc'ed pixels, or nullptr with `error` set.
 uint8_t* decode_jpeg_gray(const uint8_t* data, size_t size, int* width, int* height,
@@ -118,6 +145,12 @@ uint8_t* decode_jpeg_gray(const uint8_t* data, size_t size, int* width, int* hei
     jpeg_destroy_decompress(&info);
     return nullptr;
   }
+  JpegProgress progress;
+  progress.base.progress_monitor = jpeg_check_scans;
+  for (int c = 0; c < info.num_components; ++c) {
+    progress.blocks += double(info.comp_info[c].width_in_blocks) * double(info.comp_info[c].height_in_blocks);
+  }
+  info.progress = &progress.base;
   info.out_color_space = JCS_GRAYSCALE;
   jpeg_start_decompress(&info);
   const size_t w = info.output_width, h = info.output_height;

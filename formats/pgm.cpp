@@ -1,4 +1,5 @@
 // PGM (Netpbm graymap): "P5" binary and "P2" plain text, one image per file.
+#include <algorithm>
 #include <string>
 
 #include "formats/error.hpp"
@@ -84,7 +85,7 @@ ImageBatch decode_pgm(std::span<const uint8_t> bytes, const std::string& source)
   batch.width = static_cast<int>(width);
   batch.height = static_cast<int>(height);
   const size_t pixels = static_cast<size_t>(width * height);
-  batch.pixels.resize(pixels);
+  // Sized only once the data are known to be there: a 20-byte header may claim 16384×16384.
   auto to_byte = [&](int64_t value) {
     if (value > maxval) {
       parser.fail("PGM sample " + std::to_string(value) + " exceeds the maximum value " +
@@ -112,6 +113,7 @@ ImageBatch decode_pgm(std::span<const uint8_t> bytes, const std::string& source)
                   " after the PGM image data (only one image per file)");
     }
     const uint8_t* raster = bytes.data() + parser.pos_;
+    batch.pixels.resize(pixels);
     for (size_t i = 0; i < pixels; ++i) {
       const int64_t value = sample_bytes == 1
                                 ? raster[i]
@@ -119,6 +121,7 @@ ImageBatch decode_pgm(std::span<const uint8_t> bytes, const std::string& source)
       batch.pixels[i] = to_byte(value);
     }
   } else {
+    batch.pixels.reserve(std::min(pixels, bytes.size()));  // each sample takes at least one byte
     for (size_t i = 0; i < pixels; ++i) {
       const size_t before = parser.pos_;
       parser.skip_space();
@@ -127,7 +130,7 @@ ImageBatch decode_pgm(std::span<const uint8_t> bytes, const std::string& source)
                     " samples");
       }
       if (i > 0 && parser.pos_ == before) parser.fail("PGM samples must be separated by whitespace");
-      batch.pixels[i] = to_byte(parser.number("sample"));
+      batch.pixels.push_back(to_byte(parser.number("sample")));
     }
     parser.skip_space();
     if (parser.pos_ != bytes.size()) {

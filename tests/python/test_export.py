@@ -1,0 +1,223 @@
+"""tools/export: the PyTorch walk, state_dict + --like, and the check that guards every export."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import _modules
+from cnnengine import export, lenet5
+from cnnengine import model_format as mf
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def run_export(*args, engine=None, env_extra=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO / "tools"), env.get("PYTHONPATH", "")])
+    if engine is None:
+        args = args + ("--no-engine",)
+    else:
+        env["ENGINE_BIN"] = str(engine)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, str(REPO / "tools" / "export"), *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def every_layer_module():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.ZeroPad2d((1, 2, 0, 1)),                       # left, right, top, bottom -> input pad
+        nn.Conv2d(3, 4, 4, padding="same"),               # even kernel: one more at bottom/right
+        nn.ReLU(),
+        nn.MaxPool2d(3, stride=2, padding=1),
+        nn.ZeroPad2d(1),                                  # folded into the next conv
+        nn.Conv2d(4, 5, 3, stride=(2, 1), padding=(0, 1)),
+        nn.Sigmoid(),
+        nn.AvgPool2d(2, stride=1, padding=1, count_include_pad=False),
+        nn.Dropout(0.5),
+        nn.Tanh(),
+        nn.Flatten(),
+        nn.Linear(5 * 4 * 9, 7),
+        nn.Softmax(dim=1),
+    )
+
+
+@pytest.fixture
+def pickled(tmp_path):
+    def save(module, name="m.pt"):
+        path = tmp_path / name
+        torch.save(module, path)
+        return path
+    return save
+
+
+@pytest.mark.filterwarnings("ignore:Using padding=.same. with even kernel")
+def test_every_layer_round_trip(tmp_path, pickled):
+    module = every_layer_module().eval()
+    src = pickled(module)
+    out = tmp_path / "every.json"
+    r = run_export("torch", str(src), "-o", str(out), "--allow-pickle", "--input-shape", "3,10,9",
+                   "--mean", "0.5,0.4,0.3", "--std", "0.2,0.25,0.3", "--labels", "a,b,c,d,e,f,g")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "check passed" in r.stdout
+    model = mf.read_model(out)
+    nodes = {n["name"]: n for n in model.graph["nodes"]}
+    assert model.graph["input"]["preprocess"]["pad"] == [0, 1, 1, 2]
+    assert nodes["conv2d_1"]["attrs"]["padding"] == [1, 2, 1, 2]
+    assert nodes["conv2d_5"]["attrs"]["padding"] == [1, 1, 2, 2]
+    assert [n["op"] for n in model.graph["nodes"]] == [
+        "conv2d", "relu", "maxpool", "conv2d", "sigmoid", "avgpool", "tanh", "flatten", "dense", "softmax"]
+    # Independently of the exporter's own check: the file reproduces the module.
+    x = np.random.default_rng(5).integers(0, 256, (16, 3, 10, 9), dtype=np.uint8)
+    pre = (torch.from_numpy(x).float() * float(np.float32(1 / 255))
+           - torch.tensor([0.5, 0.4, 0.3]).reshape(1, 3, 1, 1)) / torch.tensor([0.2, 0.25, 0.3]).reshape(1, 3, 1, 1)
+    with torch.no_grad():
+        want = module(pre)
+        got = mf.to_torch(model)(torch.from_numpy(x))
+    assert (want - got).abs().max().item() <= 1e-6
+
+
+def test_lenet5_names_and_input_pad(tmp_path, pickled):
+    torch.manual_seed(1)
+    src = pickled(lenet5.build_module())
+    out = tmp_path / "lenet5.json"
+    r = run_export("torch", str(src), "-o", str(out), "--allow-pickle", "--input-shape", "1,28,28",
+                   "--labels", ",".join(str(i) for i in range(10)))
+    assert r.returncode == 0, r.stderr + r.stdout
+    model = mf.read_model(out)
+    assert [n["name"] for n in model.graph["nodes"]] == [
+        "c1", "c1_tanh", "s2", "c3", "c3_tanh", "s4", "flatten", "f5", "f5_tanh", "f6", "f6_tanh", "f7", "prob"]
+    assert model.graph["input"]["preprocess"] == {"scale": float(np.float32(1 / 255)), "mean": [0.0],
+                                                  "std": [1.0], "pad": [2, 2, 2, 2], "pad_value": 0.0}
+    assert model.parameter_count() == lenet5.PARAMETERS
+    assert model.graph["weights"]["file"] == "lenet5.safetensors"
+
+
+def test_nested_modules_are_walked(tmp_path, pickled):
+    src = pickled(_modules.Wrapped())
+    out = tmp_path / "w.json"
+    r = run_export("torch", str(src), "-o", str(out), "--allow-pickle", "--input-shape", "1,8,8")
+    assert r.returncode == 0, r.stderr + r.stdout
+    names = [n["name"] for n in mf.read_model(out).graph["nodes"]]
+    assert names == ["features_0", "features_1", "features_2", "head_0", "head_1", "head_2"]
+
+
+def test_state_dict_with_like(tmp_path, pickled):
+    torch.manual_seed(2)
+    like = tmp_path / "like.json"
+    assert run_export("torch", str(pickled(lenet5.build_module())), "-o", str(like), "--allow-pickle",
+                      "--input-shape", "1,28,28").returncode == 0
+    torch.manual_seed(3)
+    trained = lenet5.build_module()
+    sd_path = tmp_path / "sd.pt"
+    torch.save({"state_dict": trained.state_dict(), "epoch": 7}, sd_path)
+    out = tmp_path / "from_sd.json"
+    r = run_export("torch", str(sd_path), "--like", str(like), "-o", str(out), "--name", "lenet5-sd")
+    assert r.returncode == 0, r.stderr + r.stdout
+    model = mf.read_model(out)
+    assert model.name == "lenet5-sd"
+    for k, v in trained.state_dict().items():
+        np.testing.assert_array_equal(model.tensors[k], v.numpy())
+    like_model = mf.read_model(like)
+    assert model.graph["nodes"] == like_model.graph["nodes"]
+    assert model.graph["input"] == like_model.graph["input"]
+
+
+def test_state_dict_mismatch_fails_and_writes_nothing(tmp_path, pickled):
+    torch.manual_seed(2)
+    like = tmp_path / "like.json"
+    assert run_export("torch", str(pickled(lenet5.build_module())), "-o", str(like), "--allow-pickle",
+                      "--input-shape", "1,28,28").returncode == 0
+    sd = lenet5.build_module().state_dict()
+    sd["c3.weight"] = torch.zeros(16, 6, 3, 3)
+    torch.save(sd, tmp_path / "bad.pt")
+    r = run_export("torch", str(tmp_path / "bad.pt"), "--like", str(like), "-o", str(tmp_path / "bad.json"))
+    assert r.returncode == 1
+    assert "c3.weight" in r.stderr and "[16, 6, 5, 5]" in r.stderr
+    del sd["f7.bias"]
+    torch.save(sd, tmp_path / "short.pt")
+    r = run_export("torch", str(tmp_path / "short.pt"), "--like", str(like), "-o", str(tmp_path / "bad.json"))
+    assert r.returncode == 1 and "holds 9 tensors" in r.stderr
+    assert not (tmp_path / "bad.json").exists() and not (tmp_path / "bad.safetensors").exists()
+
+
+def test_state_dict_needs_like(tmp_path):
+    torch.save(lenet5.build_module().state_dict(), tmp_path / "sd.pt")
+    r = run_export("torch", str(tmp_path / "sd.pt"), "-o", str(tmp_path / "x.json"))
+    assert r.returncode == 1 and "--like" in r.stderr
+
+
+def test_non_sequential_forward_is_caught_by_the_check(tmp_path, pickled):
+    out = tmp_path / "ns.json"
+    out.write_text("previous model")
+    r = run_export("torch", str(pickled(_modules.NotSequential())), "-o", str(out), "--allow-pickle",
+                   "--input-shape", "1,4,4")
+    assert r.returncode == 1
+    assert "CHECK FAILED" in r.stdout and "numerical check failed" in r.stderr
+    assert out.read_text() == "previous model"  # a failed export leaves the old file alone
+
+
+def test_unsupported_layer_is_named(tmp_path, pickled):
+    module = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten())
+    r = run_export("torch", str(pickled(module)), "-o", str(tmp_path / "x.json"), "--allow-pickle",
+                   "--input-shape", "1,5,5")
+    assert r.returncode == 1 and "layer '1' (BatchNorm2d)" in r.stderr
+
+
+def test_pickled_module_needs_consent(tmp_path, pickled):
+    r = run_export("torch", str(pickled(lenet5.build_module())), "-o", str(tmp_path / "x.json"),
+                   "--input-shape", "1,28,28")
+    assert r.returncode == 1 and "--allow-pickle" in r.stderr
+
+
+def test_input_shape_required_without_like(tmp_path, pickled):
+    r = run_export("torch", str(pickled(lenet5.build_module())), "-o", str(tmp_path / "x.json"),
+                   "--allow-pickle")
+    assert r.returncode == 1 and "--input-shape" in r.stderr
+
+
+def fake_engine(tmp_path):
+    wrapper = tmp_path / "engine"
+    wrapper.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{HERE / 'fake_engine.py'}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_check_runs_the_engine_and_fails_loudly(tmp_path, pickled):
+    engine = fake_engine(tmp_path)
+    src = pickled(lenet5.build_module())
+    ok = run_export("torch", str(src), "-o", str(tmp_path / "ok.json"), "--allow-pickle",
+                    "--input-shape", "1,28,28", "--check-count", "32", engine=engine)
+    assert ok.returncode == 0, ok.stderr + ok.stdout
+    assert "engine cpu vs reference f64" in ok.stdout and str(engine) in ok.stdout
+    bad = run_export("torch", str(src), "-o", str(tmp_path / "bad.json"), "--allow-pickle",
+                     "--input-shape", "1,28,28", "--check-count", "32", engine=engine,
+                     env_extra={"FAKE_ENGINE_OFFSET": "2e-5"})
+    assert bad.returncode == 1 and "CHECK FAILED" in bad.stdout
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_check_on_real_images(tmp_path, pickled):
+    from cnnengine import datasets
+    try:
+        images, _ = datasets.mnist_files("test")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    r = run_export("torch", str(pickled(lenet5.build_module())), "-o", str(tmp_path / "x.json"),
+                   "--allow-pickle", "--input-shape", "1,28,28", "--check-data", str(images),
+                   "--check-count", "100")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "check on 100 samples" in r.stdout
+
+
+def test_compare_ignores_argmax_flips_at_near_ties():
+    ref = np.array([[0.5, 0.5 - 1e-7, 0.0], [0.1, 0.9, 0.0]])
+    got = np.array([[0.5 - 1e-7, 0.5, 0.0], [0.1, 0.9, 0.0]])
+    c = export.compare("x", got, ref, 1e-5)
+    assert c.argmax_agree == 1 and c.true_disagreements == 0

@@ -1,0 +1,343 @@
+"""tools/export keras: HDF5 files in Keras' exact layout (written with h5py by _keras_h5, as Keras
+2.2 and tf.keras 2.3-2.15 write them), checked against the NumPy NHWC Keras reference and the
+engine's CPU backend; the NHWC flatten permutation; every error path names the layer."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import _keras_h5 as kh
+from cnnengine import datasets, export, export_cli, import_common, keras_import, keras_reference, lenet5
+from cnnengine import model_format as mf
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+ENGINE = export.engine_binary()
+
+
+def mnist_t10k():
+    for d in (datasets.shared_data_dir() / "mnist", pathlib.Path("/work/shared/data/mnist")):
+        if (d / "t10k-images-idx3-ubyte.gz").is_file():
+            return d / "t10k-images-idx3-ubyte.gz"
+    try:
+        return datasets.mnist_files("test")[0]
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+
+def run(capsys, *argv):
+    rc = export_cli.main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def assert_checked(rc, out, err, label="Keras NumPy NHWC reference"):
+    assert rc == 0, out + err
+    assert "check passed" in out
+    assert f"source ({label}) vs reference f64" in out
+    if ENGINE is not None:
+        assert f"engine cpu vs source ({label})" in out
+
+
+def rand(rng, *shape, scale=0.3):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def conv_weights(rng, name, kh_, kw, cin, cout):
+    return [(f"{name}/kernel:0", rand(rng, kh_, kw, cin, cout)), (f"{name}/bias:0", rand(rng, cout, scale=0.1))]
+
+
+def dense_weights(rng, name, k, units):
+    return [(f"{name}/kernel:0", rand(rng, k, units)), (f"{name}/bias:0", rand(rng, units, scale=0.1))]
+
+
+# --------------------------------------------------------------------------------------------------
+# Full-model files
+
+def every_layer_model(rng):
+    layers = [
+        kh.input_layer((12, 11, 1), "input_1"),
+        kh.zero_padding("zp0", ((1, 1), (2, 2))),            # leading: becomes the input's pad
+        kh.conv2d("conv_a", 4, (3, 3), strides=(2, 2), padding="same", activation="relu"),
+        kh.zero_padding("zp1", ((1, 0), (0, 1))),            # folded into conv_b's padding
+        kh.conv2d("conv_b", 5, (2, 2), padding="valid", activation="tanh"),
+        kh.pool2d("AveragePooling2D", "avg", (2, 2), strides=(1, 1), padding="same"),
+        kh.pool2d("MaxPooling2D", "mx", (2, 2)),
+        kh.flatten("flatten"),
+        kh.dropout("drop"),
+        kh.dense("fc1", 16),
+        kh.activation("act", "sigmoid"),
+        kh.layer("ReLU", "relu_layer", max_value=None, negative_slope=0.0, threshold=0.0),
+        kh.dense("fc2", 5, activation="softmax"),
+    ]
+    weights = {"conv_a": conv_weights(rng, "conv_a", 3, 3, 1, 4), "conv_b": conv_weights(rng, "conv_b", 2, 2, 4, 5),
+               "fc1": dense_weights(rng, "fc1", 3 * 4 * 5, 16), "fc2": dense_weights(rng, "fc2", 16, 5)}
+    return kh.sequential(layers), weights
+
+
+def test_full_model_every_layer_through_the_script(tmp_path):
+    """tf.keras 2.15 layout, run through tools/export itself (the engine reads one-channel images;
+    the channels that matter for the layouts come from the convolutions)."""
+    config, weights = every_layer_model(np.random.default_rng(0))
+    src = tmp_path / "every.h5"
+    kh.save_model(src, config, weights)
+    out = tmp_path / "every.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO / "tools"))
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "export"), "keras", str(src), "-o", str(out),
+                        "--input-shape", "1,12,11", "--mean", "0.5", "--std", "0.25",
+                        "--labels", "a,b,c,d,e", "--check-count", "64"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert_checked(r.returncode, r.stdout, r.stderr)
+    model = mf.read_model(out)
+    g = model.graph
+    assert g["input"]["shape"] == [1, 12, 11] and g["input"]["preprocess"]["std"] == [0.25]
+    assert g["input"]["preprocess"]["pad"] == [1, 1, 2, 2]
+    nodes = {n["name"]: n for n in g["nodes"]}
+    assert [n["op"] for n in g["nodes"]] == ["conv2d", "relu", "conv2d", "tanh", "avgpool", "maxpool", "flatten",
+                                            "dense", "sigmoid", "relu", "dense", "softmax"]
+    # 14x15 after zp0; 3x3 stride 2 'same': 1 extra row at the bottom, one column each side.
+    assert nodes["conv_a"]["attrs"]["padding"] == [0, 1, 1, 1]
+    assert nodes["conv_b"]["attrs"]["padding"] == [1, 0, 0, 1]
+    assert nodes["avg"]["attrs"] == {"kernel": [2, 2], "stride": [1, 1], "padding": [0, 1, 0, 1],
+                                     "count_include_pad": False}
+    np.testing.assert_array_equal(model.tensors["conv_a.weight"], weights["conv_a"][0][1].transpose(3, 2, 0, 1))
+    np.testing.assert_array_equal(model.tensors["fc2.weight"], weights["fc2"][0][1].T)
+    assert g["outputs"] == ["fc2_softmax"] and g["labels"] == list("abcde")
+
+
+def lenet_keras(rng, keras22):
+    """The seeds' LeNet-5 as a Keras user writes it: 32x32 input (MNIST padded by the user's code)."""
+    n = (lambda base, i: f"{base}_{i}") if keras22 else (lambda base, i: base if i == 1 else f"{base}_{i - 1}")
+    c1, c2, d1, d2, d3 = n("conv2d", 1), n("conv2d", 2), n("dense", 1), n("dense", 2), n("dense", 3)
+    p1, p2, fl = n("average_pooling2d", 1), n("average_pooling2d", 2), n("flatten", 1)
+    first = kh.conv2d(c1, 6, (5, 5), activation="tanh", batch_input_shape=(32, 32, 1) if keras22 else None)
+    layers = ([] if keras22 else [kh.input_layer((32, 32, 1), "conv2d_input")]) + [
+        first, kh.pool2d("AveragePooling2D", p1, (2, 2)),
+        kh.conv2d(c2, 16, (5, 5), activation="tanh"), kh.pool2d("AveragePooling2D", p2, (2, 2)),
+        kh.flatten(fl), kh.dense(d1, 120, activation="tanh"), kh.dense(d2, 84, activation="tanh"),
+        kh.dense(d3, 10, activation="softmax")]
+    weights = {c1: conv_weights(rng, c1, 5, 5, 1, 6), c2: conv_weights(rng, c2, 5, 5, 6, 16),
+               d1: dense_weights(rng, d1, 400, 120), d2: dense_weights(rng, d2, 120, 84),
+               d3: dense_weights(rng, d3, 84, 10)}
+    return kh.sequential(layers, "sequential_1" if keras22 else "sequential"), weights
+
+
+def test_keras22_full_model_with_real_images(tmp_path, capsys):
+    """Keras 2.2 layout (no InputLayer, fixed-length byte-string attributes, groups in model order,
+    conv2d_1/kernel:0); the 32x32 input gets pad 2 from the 28x28 images by default."""
+    config, weights = lenet_keras(np.random.default_rng(1), keras22=True)
+    src = tmp_path / "lenet22.h5"
+    kh.save_model(src, config, weights, keras_version="2.2.4", keras22=True)
+    with h5py.File(src) as f:  # the layout really is Keras'
+        assert "conv2d_1/kernel:0" in f["model_weights/conv2d_1"]
+        assert isinstance(f.attrs["model_config"], (bytes, np.bytes_))
+    out = tmp_path / "lenet22.json"
+    rc, o, e = run(capsys, "keras", src, "-o", out, "--check-data", mnist_t10k(), "--check-count", "200")
+    assert_checked(rc, o, e)
+    assert "check on 200 samples" in o
+    g = mf.read_model(out).graph
+    assert g["input"]["shape"] == [1, 28, 28] and g["input"]["preprocess"]["pad"] == [2, 2, 2, 2]
+    assert "Keras 2.2.4" in g["description"]
+    assert [n["name"] for n in g["nodes"]][:3] == ["conv2d_1", "conv2d_1_tanh", "average_pooling2d_1"]
+
+
+def test_mlp_flat_input_reads_the_image(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    config = kh.sequential([kh.input_layer((784,), "dense_input"), kh.dense("dense", 32, activation="relu"),
+                            kh.dense("dense_1", 10, activation="softmax")])
+    weights = {"dense": dense_weights(rng, "dense", 784, 32), "dense_1": dense_weights(rng, "dense_1", 32, 10)}
+    src = tmp_path / "mlp.h5"
+    kh.save_model(src, config, weights)
+    out = tmp_path / "mlp.json"
+    rc, o, e = run(capsys, "keras", src, "-o", out, "--check-data", mnist_t10k(), "--check-count", "100")
+    assert_checked(rc, o, e)
+    g = mf.read_model(out).graph
+    assert g["input"]["shape"] == [1, 28, 28]
+    assert [n["op"] for n in g["nodes"]] == ["flatten", "dense", "relu", "dense", "softmax"]
+
+
+def test_chunked_layer_names(tmp_path, capsys):
+    """Keras splits long attributes into layer_names0, layer_names1, ...; they are read back in order."""
+    config, weights = lenet_keras(np.random.default_rng(3), keras22=False)
+    src = tmp_path / "chunked.h5"
+    kh.save_model(src, config, weights, chunk_limit=48)
+    with h5py.File(src) as f:
+        assert "layer_names" not in f["model_weights"].attrs and "layer_names2" in f["model_weights"].attrs
+    rc, o, e = run(capsys, "keras", src, "-o", tmp_path / "c.json", "--check-count", "32")
+    assert_checked(rc, o, e)
+
+
+# --------------------------------------------------------------------------------------------------
+# The NHWC flatten
+
+def test_reference_flattens_in_nhwc_order():
+    """The reference is Keras: Flatten of a channels-last map orders inputs as (h, w, c)."""
+    cfg = kh.sequential([kh.input_layer((2, 3, 4)), kh.flatten()])
+    x = np.random.default_rng(4).standard_normal((2, 2, 3, 4)).astype(np.float32)
+    y = keras_reference.predict(cfg, [], x)
+    for i in range(2):
+        for j in range(3):
+            for k in range(4):
+                assert y[1, (i * 3 + j) * 4 + k] == x[1, i, j, k]
+
+
+def test_first_dense_after_flatten_is_permuted(tmp_path, capsys):
+    """Conv (3 channels) -> Flatten -> Dense: the engine flattens (c, h, w), Keras (h, w, c); the
+    imported weight's columns follow the engine's order, and the conversion without that
+    permutation (the classic bug) fails the check instead of going unnoticed."""
+    rng = np.random.default_rng(5)
+    H, W, C = 4, 5, 3
+    config = kh.sequential([kh.input_layer((H + 1, W + 1, 1)), kh.conv2d("conv", C, (2, 2), activation="relu"),
+                            kh.flatten(), kh.dense("fc", 7), kh.dense("out", 4, activation="softmax")])
+    weights = {"conv": conv_weights(rng, "conv", 2, 2, 1, C), "fc": dense_weights(rng, "fc", H * W * C, 7),
+               "out": dense_weights(rng, "out", 7, 4)}
+    src = tmp_path / "perm.h5"
+    kh.save_model(src, config, weights)
+    out = tmp_path / "perm.json"
+    rc, o, e = run(capsys, "keras", src, "-o", out, "--input-shape", f"1,{H + 1},{W + 1}", "--check-count", "64")
+    assert_checked(rc, o, e)
+    model = mf.read_model(out)
+    kernel = weights["fc"][0][1]
+    got = model.tensors["fc.weight"]
+    for k in range(C):
+        for i in range(H):
+            for j in range(W):
+                np.testing.assert_array_equal(got[:, (k * H + i) * W + j], kernel[(i * W + j) * C + k])
+    assert not np.array_equal(got, kernel.T)
+
+    # The naive conversion: same graph, kernel merely transposed.
+    naive = dict(model.tensors)
+    naive["fc.weight"] = np.ascontiguousarray(kernel.T)
+    kf = keras_import.KerasFile(src)
+    source = keras_import.keras_source(kf.config, kf.weights_list(), model.graph["input"], [0, 0, 0, 0], 3, "Keras")
+    batch = export.check_batch(model.graph, 64)
+    with pytest.raises(import_common.ImportFailure, match="numerical check failed"):
+        import_common.export_checked(tmp_path / "naive.json", model.graph, naive, source, lambda g: batch,
+                                     log=lambda s: None)
+    assert not (tmp_path / "naive.json").exists()
+
+
+def test_reference_matches_torch_on_lenet():
+    """The Keras reference computes what PyTorch computes when the weights are moved to Keras'
+    layouts by hand (HWIO kernels, NHWC rows of the first dense kernel)."""
+    torch.manual_seed(6)
+    m = lenet5.build_module().eval()
+    sd = {k: v.numpy() for k, v in m.state_dict().items()}
+    config, _ = lenet_keras(np.random.default_rng(0), keras22=False)
+    weights = [[kh.conv_kernel_from_oihw(sd["c1.weight"]), sd["c1.bias"]],
+               [kh.conv_kernel_from_oihw(sd["c3.weight"]), sd["c3.bias"]],
+               [kh.dense_kernel_after_flatten(sd["f5.weight"], 16, 5, 5), sd["f5.bias"]],
+               [sd["f6.weight"].T, sd["f6.bias"]], [sd["f7.weight"].T, sd["f7.bias"]]]
+    x = np.random.default_rng(7).random((8, 1, 28, 28), dtype=np.float32)
+    with torch.no_grad():
+        want = m(torch.from_numpy(x)).numpy()
+    got = keras_reference.predict(config, weights, np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2))).transpose(0, 2, 3, 1))
+    assert np.abs(got - want).max() < 1e-6
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights-only files
+
+def test_weights_only_with_keras_json_functional(tmp_path, capsys):
+    rng = np.random.default_rng(8)
+    config = kh.functional([kh.input_layer((10, 10, 1), "input_1"),
+                            kh.conv2d("conv2d", 3, (3, 3), padding="same", activation="sigmoid"),
+                            kh.pool2d("MaxPooling2D", "max_pooling2d", (3, 3), strides=(2, 2), padding="same"),
+                            kh.flatten("flatten"), kh.dense("dense", 6, activation="softmax")])
+    weights = {"conv2d": conv_weights(rng, "conv2d", 3, 3, 1, 3), "dense": dense_weights(rng, "dense", 5 * 5 * 3, 6)}
+    src = tmp_path / "w.h5"
+    kh.save_weights(src, config, weights)  # layer_names include input_1, with no weights
+    arch = tmp_path / "model.json"
+    arch.write_text(kh.to_json(config))
+    rc, o, e = run(capsys, "keras", src, "--arch", arch, "-o", tmp_path / "w.json", "--input-shape", "1,10,10",
+                   "--check-count", "64")
+    assert_checked(rc, o, e)
+    g = mf.read_model(tmp_path / "w.json").graph
+    # TensorFlow: 10 rows, 3x3 window, stride 2 -> 5 outputs need 1 padded row, at the bottom.
+    assert g["nodes"][2]["attrs"] == {"kernel": [3, 3], "stride": [2, 2], "padding": [0, 1, 0, 1]}
+
+
+def test_weights_only_with_like_graph(tmp_path, capsys):
+    """Weights of a Keras-trained LeNet-5 into the project's LeNet-5 graph (--like): matched by
+    order and shape; the result is exactly the PyTorch-layout model the Keras weights encode."""
+    torch.manual_seed(9)
+    like_path = tmp_path / "lenet5.json"
+    graph, tensors = export.graph_from_torch_module(lenet5.build_module(), lenet5.input_spec(), name="lenet5",
+                                                    labels=lenet5.labels_for("mnist"))
+    mf.write_model(like_path, graph, tensors)
+    trained = {k: v.numpy() for k, v in lenet5.build_module().state_dict().items()}  # other weights
+    config, _ = lenet_keras(np.random.default_rng(0), keras22=False)
+    keras_w = {"conv2d": [("conv2d/kernel:0", kh.conv_kernel_from_oihw(trained["c1.weight"])),
+                          ("conv2d/bias:0", trained["c1.bias"])],
+               "conv2d_1": [("conv2d_1/kernel:0", kh.conv_kernel_from_oihw(trained["c3.weight"])),
+                            ("conv2d_1/bias:0", trained["c3.bias"])],
+               "dense": [("dense/kernel:0", kh.dense_kernel_after_flatten(trained["f5.weight"], 16, 5, 5)),
+                         ("dense/bias:0", trained["f5.bias"])],
+               "dense_1": [("dense_1/kernel:0", trained["f6.weight"].T.copy()), ("dense_1/bias:0", trained["f6.bias"])],
+               "dense_2": [("dense_2/kernel:0", trained["f7.weight"].T.copy()), ("dense_2/bias:0", trained["f7.bias"])]}
+    src = tmp_path / "keras_lenet_weights.h5"
+    kh.save_weights(src, config, keras_w)
+    out = tmp_path / "from_keras.json"
+    rc, o, e = run(capsys, "keras", src, "--like", like_path, "-o", out, "--name", "lenet5-keras",
+                   "--check-count", "64")
+    assert_checked(rc, o, e, label="Keras NumPy NHWC reference, layers of --like")
+    model = mf.read_model(out)
+    assert model.name == "lenet5-keras"
+    assert model.graph["nodes"] == graph["nodes"] and model.graph["input"] == graph["input"]
+    for k, v in trained.items():
+        np.testing.assert_array_equal(model.tensors[k], v)
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors: named, and nothing written
+
+def _error_case(tmp_path, kind):
+    rng = np.random.default_rng(10)
+    config, weights = lenet_keras(rng, keras22=False)
+    layers = config["config"]["layers"]
+    argv = []
+    if kind == "batchnorm":
+        layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=-1, momentum=0.99))
+        weights["batch_normalization"] = [(f"batch_normalization/{n}:0", np.ones(6, np.float32))
+                                          for n in ("gamma", "beta", "moving_mean", "moving_variance")]
+        want = "layer 'batch_normalization' (BatchNormalization): no format-v1 op"
+    elif kind == "activation":
+        layers[-1]["config"]["activation"] = "elu"
+        want = "activation 'elu'"
+    elif kind == "channels_first":
+        layers[1]["config"]["data_format"] = "channels_first"
+        want = "channels_first"
+    elif kind == "extra_weights":
+        config["config"]["layers"] = layers[:-1]
+        want = "holds weights for 5 layers, the architecture uses 4"
+    elif kind == "kernel_shape":
+        weights["conv2d_1"][0] = ("conv2d_1/kernel:0", rand(rng, 3, 3, 6, 16))
+        want = "layer 'conv2d_1' (Conv2D): kernel has shape [3, 3, 6, 16]"
+    elif kind == "weights_only":
+        src = tmp_path / "w.h5"
+        kh.save_weights(src, config, weights)
+        return src, argv, "--arch MODEL.json"
+    elif kind == "not_keras":
+        src = tmp_path / "plain.h5"
+        with h5py.File(src, "w") as f:
+            f.create_dataset("x", data=np.zeros(3))
+        return src, argv, "not a Keras HDF5 file"
+    src = tmp_path / f"{kind}.h5"
+    kh.save_model(src, config, weights, layer_names=kh.model_layer_names(config) +
+                  (["dense_2"] if kind == "extra_weights" else []))
+    return src, argv, want
+
+
+@pytest.mark.parametrize("kind", ["batchnorm", "activation", "channels_first", "extra_weights", "kernel_shape",
+                                  "weights_only", "not_keras"])
+def test_errors_name_the_problem(tmp_path, capsys, kind):
+    src, argv, want = _error_case(tmp_path, kind)
+    out = tmp_path / "x.json"
+    rc, o, e = run(capsys, "keras", src, "-o", out, *argv)
+    assert rc == 1 and want in e, e
+    assert not out.exists() and not (tmp_path / "x.safetensors").exists()

@@ -1,0 +1,156 @@
+"""`tools/export SOURCE-KIND SOURCE -o OUT.json ...`: one subcommand per source framework.
+
+A new importer (keras, onnx) adds a `_add_<kind>` parser and a function returning
+(graph, tensors, source-runner-or-None); writing and checking are shared.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+from . import export
+from .model_format import ModelFormatError, read_model
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _labels(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    if text.startswith("@"):
+        return [line.rstrip("\n") for line in pathlib.Path(text[1:]).read_text().splitlines() if line.strip()]
+    return text.split(",")
+
+
+def _input_spec(args, like) -> dict:
+    if like is not None and args.input_shape is None:
+        return dict(like.graph["input"])
+    if args.input_shape is None:
+        raise export.ExportError("--input-shape C,H,W is required without --like")
+    shape = _ints(args.input_shape)
+    spec = {"name": args.input_name, "dtype": args.input_dtype, "shape": shape}
+    if args.input_dtype == "uint8":
+        c = shape[0]
+        mean = _floats(args.mean) if args.mean else [0.0] * c
+        std = _floats(args.std) if args.std else [1.0] * c
+        if len(mean) == 1:
+            mean = mean * c
+        if len(std) == 1:
+            std = std * c
+        # float32 rounding here makes the file state the exact float32 scale the engine will use.
+        scale = float(np.float32(args.scale)) if args.scale else float(np.float32(1.0 / 255.0))
+        spec["preprocess"] = {"scale": scale, "mean": mean, "std": std}
+    return spec
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", required=True, help="graph file to write (NAME.json; weights go beside it)")
+    p.add_argument("--like", help="graph file to take the input spec, labels and name from (and, for a "
+                                  "state_dict, the whole structure)")
+    p.add_argument("--name", help="model name (default: from --like, else the output's stem)")
+    p.add_argument("--description", help="free text stored in the graph file")
+    p.add_argument("--labels", help="class names, comma-separated, or @FILE with one per line")
+    p.add_argument("--input-shape", help="C,H,W of one raw sample (required without --like)")
+    p.add_argument("--input-dtype", choices=["uint8", "float32"], default="uint8")
+    p.add_argument("--input-name", default="image")
+    p.add_argument("--scale", type=float, help="preprocess scale (default float32(1/255))")
+    p.add_argument("--mean", help="preprocess mean per channel, comma-separated (default 0)")
+    p.add_argument("--std", help="preprocess std per channel, comma-separated (default 1)")
+    p.add_argument("--check-data", help="IDX file (raw or .gz) whose first samples feed the check "
+                                        "(default: seeded random inputs)")
+    p.add_argument("--check-count", type=int, default=256, help="samples in the check batch")
+    p.add_argument("--tolerance", type=float, default=export.DEFAULT_TOLERANCE,
+                   help="largest max-abs difference of the first output that passes")
+    p.add_argument("--no-engine", action="store_true", help="do not run the engine in the check")
+
+
+def _load_torch(path: str, allow_pickle: bool):
+    import torch
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as first:
+        if not allow_pickle:
+            raise export.ExportError(
+                f"{path} is not a plain tensor file ({type(first).__name__}: {str(first).splitlines()[0]}). "
+                "If it holds a whole pickled nn.Module, loading it runs code from the file: pass "
+                "--allow-pickle if you trust it.") from None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _torch_source(args, like):
+    import torch
+    obj = _load_torch(args.source, args.allow_pickle)
+    name = args.name or (like.graph["name"] if like else pathlib.Path(args.output).stem)
+    labels = _labels(args.labels)
+    if labels is None and like is not None:
+        labels = like.graph.get("labels")
+    description = args.description
+    if isinstance(obj, torch.nn.Module):
+        graph, tensors = export.graph_from_torch_module(obj, _input_spec(args, like), name=name,
+                                                        labels=labels, description=description)
+        return graph, tensors, export.torch_source(obj, graph)
+    if isinstance(obj, dict):
+        # Training scripts often wrap the weights: {"state_dict": {...}} or {"model": {...}}.
+        for key in ("state_dict", "model_state_dict", "model"):
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+        if like is None:
+            raise export.ExportError(f"{args.source} holds a state_dict: give the structure with --like GRAPH.json")
+        graph, tensors = export.graph_from_state_dict(obj, like, name=args.name, description=description)
+        if args.labels is not None:
+            graph["labels"] = labels
+        # No independent PyTorch module exists for a bare state_dict: the reference interpreter
+        # (float32 vs float64) and the engine are what the check can compare.
+        return graph, tensors, None
+    raise export.ExportError(f"{args.source}: holds a {type(obj).__name__}, neither an nn.Module nor a state_dict")
+
+
+def _add_torch(sub) -> None:
+    p = sub.add_parser("torch", help="a PyTorch nn.Module (torch.save of the module) or a state_dict (with --like)",
+                       description="Export a PyTorch model. SOURCE is a file written by torch.save: a whole "
+                                   "nn.Module, walked as nn.Sequential (Conv2d, AvgPool2d, MaxPool2d, ReLU, "
+                                   "Tanh, Sigmoid, Flatten, Linear, Softmax; leading ZeroPad2d becomes the "
+                                   "input padding), or a state_dict whose tensors fill --like's graph in order.")
+    p.add_argument("source", help="file written by torch.save")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="allow loading a pickled nn.Module (runs code from the file)")
+    _common(p)
+    p.set_defaults(load=_torch_source)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="export", description="Export a trained model to format v1 "
+                                     "(formats/model-format-v1.md) and check it numerically.")
+    sub = parser.add_subparsers(dest="kind", required=True, metavar="SOURCE-KIND")
+    _add_torch(sub)
+    from . import keras_import, onnx_import  # importers add their own subcommands
+    keras_import.register(sub)
+    onnx_import.register(sub)
+    args = parser.parse_args(argv)
+    try:
+        import torch
+        torch.set_num_threads(min(torch.get_num_threads(), 2))
+        like = read_model(args.like) if args.like else None
+        graph, tensors, source = args.load(args, like)
+        # A subcommand may bring its own checked write (it names the source framework in the report).
+        model, report = getattr(args, "export_checked", export.export_checked)(
+            args.output, graph, tensors, source,
+            lambda g: export.check_batch(g, args.check_count, data=args.check_data),
+            tolerance=args.tolerance, use_engine=not args.no_engine,
+            producer=f"tools/export {args.kind}")
+    except (export.ExportError, ModelFormatError, FileNotFoundError) as e:
+        print(f"export: error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {model.path} and {model.path.parent / model.graph['weights']['file']} "
+          f"({model.parameter_count():,} parameters, {len(model.graph['nodes'])} nodes)")
+    return 0
