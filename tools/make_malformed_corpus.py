@@ -11,7 +11,9 @@ sanitizer report, no hang (tests/python/test_malformed_corpus.py runs them all).
 Sources: every model in --models (default models/) whose weights file exists, plus a small
 synthetic model that uses every op of format v1 (so the corpus exists before any model is trained),
 and the first images of the MNIST test set (--data, default data/mnist or ../shared/data/mnist;
-random images when there is none).
+random images when there is none). The primary model (lenet5, else the first taking 28x28 uint8
+images; its data cases run with it) gets every case; each other model --max-cases-per-model of
+its cases, evenly spread, so the corpus stays near 3,000 cases as models are added.
 
 Kinds of damage (the `category` of each case in manifest.json):
   graph-truncated      the graph file cut at every structural boundary ({ } [ ] , : "); for models
@@ -258,6 +260,7 @@ class Corpus:
         self.out = out
         self.cases: list[dict] = []
         self.controls: list[list[str]] = []
+        self.counter = 0
         if out.exists():
             shutil.rmtree(out)
         (out / "cases").mkdir(parents=True)
@@ -266,7 +269,8 @@ class Corpus:
     def add(self, category: str, description: str, files: dict[str, bytes], args: list[str],
             sparse: dict[str, int] | None = None) -> None:
         """`args` may name the case's files as {name}; other paths are relative to the corpus."""
-        case_id = f"{len(self.cases):05d}-{category}"
+        case_id = f"{self.counter:05d}-{category}"
+        self.counter += 1
         folder = self.out / "cases" / case_id
         folder.mkdir()
         for name, data in files.items():
@@ -284,6 +288,15 @@ class Corpus:
             return arg
         self.cases.append({"id": case_id, "category": category, "description": description,
                            "args": [expand(a) for a in args]})
+
+    def keep_evenly(self, since: int, limit: int) -> None:
+        """Keeps `limit` of the cases added since case number `since`, evenly spread."""
+        added = self.cases[since:]
+        kept = evenly(added, limit)
+        for case in added:
+            if case not in kept:
+                shutil.rmtree(self.out / "cases" / case["id"])
+        self.cases[since:] = kept
 
     def valid(self, name: str, data: bytes) -> str:
         (self.out / "valid" / name).write_bytes(data)
@@ -320,7 +333,24 @@ class Corpus:
 
 
 def structural_positions(text: bytes) -> list[int]:
-    return [i for i, c in enumerate(text) if c in STRUCTURAL]
+    """Offsets of JSON's structural bytes: { } [ ] , : outside strings, and the quotes that open and
+    close strings (a comma inside a description is text, and replacing it keeps the file valid)."""
+    out, in_string, escaped = [], False, False
+    for i, c in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:  # backslash
+                escaped = True
+            elif c == 0x22:
+                in_string = False
+                out.append(i)
+        elif c == 0x22:
+            in_string = True
+            out.append(i)
+        elif c in STRUCTURAL:
+            out.append(i)
+    return out
 
 
 def evenly(items: list, limit: int | None) -> list:
@@ -341,7 +371,7 @@ def graph_cases(c: Corpus, m: Model, max_trunc: int | None) -> None:
     for cut in evenly(cuts, max_trunc):
         c.model("graph-truncated", f"{m.name}.json cut to {cut} of {len(text)} bytes", text[:cut], blob, wn)
     # Flips at structural bytes: high bit (never valid UTF-8 then), or the byte replaced by 'x'.
-    for i in evenly(structural_positions(text), 60):
+    for i in evenly(structural_positions(text), 60 if max_trunc is None else 15):
         flipped = bytearray(text)
         flipped[i] ^= 0x80
         c.model("graph-flipped", f"{m.name}.json byte {i} {chr(text[i])!r} with its high bit flipped", bytes(flipped), blob, wn)
@@ -614,7 +644,7 @@ def weights_cases(c: Corpus, m: Model, max_trunc: int | None) -> None:
             flipped = bytearray(blob)
             flipped[i] ^= x
             case("weights-flipped", f"length byte {i} xor {x:#04x}", bytes(flipped))
-    for i in evenly(structural_positions(blob[8:header_end]), 40):
+    for i in evenly(structural_positions(blob[8:header_end]), 40 if max_trunc is None else 10):
         for how in ("high bit", "x"):
             flipped = bytearray(blob)
             if how == "x":
@@ -879,9 +909,13 @@ def main() -> int:
     ap.add_argument("--models", type=pathlib.Path, default=ROOT / "models")
     ap.add_argument("--data", help="MNIST images (IDX, raw or gzip)")
     ap.add_argument("--images", type=int, default=5, help="images taken from the data set")
-    ap.add_argument("--max-truncations", type=int, default=150,
+    ap.add_argument("--max-truncations", type=int, default=60,
                     help="truncations per file of the models other than the primary one (which gets "
-                         "every boundary), evenly spread (default 150)")
+                         "every boundary), evenly spread (default 60)")
+    ap.add_argument("--max-cases-per-model", type=int, default=300,
+                    help="cases kept, evenly spread, for each model other than the primary one "
+                         "(which gets every case), so that the corpus does not grow with every model "
+                         "trained (default 300)")
     args = ap.parse_args()
 
     c = Corpus(args.out)
@@ -898,7 +932,8 @@ def main() -> int:
         images = rng.integers(0, 256, (args.images, 28, 28), dtype=np.uint8)
         labels = np.arange(args.images) % 10
 
-    primary = next((m for m in models if m.takes_mnist()), models[-1])
+    primary = next((m for m in models if m.name == "lenet5" and m.takes_mnist()), None) or \
+        next((m for m in models if m.takes_mnist()), models[-1])
     (c.out / "valid" / primary.weights_name).write_bytes(primary.blob)
     c.model_path = c.valid("model.json", primary.text)
     c.images_path = c.valid("images.idx", idx_images(images))
@@ -910,9 +945,12 @@ def main() -> int:
 
     for m in models:
         limit = None if m is primary else args.max_truncations
+        since = len(c.cases)
         graph_cases(c, m, limit)
         graph_semantic_cases(c, m)
         weights_cases(c, m, limit)
+        if m is not primary:
+            c.keep_evenly(since, args.max_cases_per_model)
     absurd_models(c)
     data_cases(c, images, labels, classes)
 

@@ -8,6 +8,9 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from cnnengine._bootstrap import ensure_venv  # noqa: E402
+
+ensure_venv(__file__)
 from cnnengine.train import main  # noqa: E402
 
 if __name__ == "__main__":

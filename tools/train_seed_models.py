@@ -45,15 +45,32 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 RECIPES = {
     # epochs, batch, peak lr, max shift in pixels
-    "cnn": dict(epochs=12, batch_size=128, lr=3e-3, shift=1),
-    "mlp": dict(epochs=12, batch_size=128, lr=1e-3, shift=0),
+    "cnn": dict(epochs=8, batch_size=128, lr=3e-3, shift=1),
+    "mlp": dict(epochs=3, batch_size=128, lr=1e-3, shift=0),
 }
 OUTPUTS = {"cnn": "models/seed002-cnn.json", "mlp": "models/seed003-mlp.json"}
 SEED_REPORTED = {"cnn": "94.85% (seed 002, Keras, one epoch)", "mlp": "80.9% (seed 003)"}
 
 
+def _fast_linear_class():
+    import torch.nn.functional as F
+    from torch import nn
+
+    class FastLinear(nn.Linear):
+        """nn.Linear computed as a 1x1 convolution. Debian's torch is built with a generic
+        (reference) BLAS that runs nn.Linear's matrix products at ~3 GFLOP/s per core; the same
+        products as 1x1 convolutions go through oneDNN at ~30. Same parameters, same math; the
+        exporter sees an nn.Linear (a subclass) and writes a dense node."""
+
+        def forward(self, x):
+            y = F.conv2d(x[:, :, None, None], self.weight[:, :, None, None], self.bias)
+            return y.flatten(1)
+    return FastLinear
+
+
 def build(kind: str):
     from torch import nn
+    Linear = _fast_linear_class()
     if kind == "cnn":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns that 'same' with an even kernel is asymmetric
@@ -64,17 +81,17 @@ def build(kind: str):
                 ("conv2_relu", nn.ReLU()),
                 ("pool", nn.MaxPool2d(4, stride=4)),
                 ("flatten", nn.Flatten()),
-                ("fc1", nn.Linear(196, 128)),
+                ("fc1", Linear(196, 128)),
                 ("fc1_relu", nn.ReLU()),
-                ("fc2", nn.Linear(128, 10)),
+                ("fc2", Linear(128, 10)),
                 ("fc2_softmax", nn.Softmax(dim=1)),
             ])
     else:
         layers = OrderedDict([
             ("flatten", nn.Flatten()),
-            ("fc1", nn.Linear(784, 500)),
+            ("fc1", Linear(784, 500)),
             ("fc1_relu", nn.ReLU()),
-            ("fc2", nn.Linear(500, 10)),
+            ("fc2", Linear(500, 10)),
             ("fc2_softmax", nn.Softmax(dim=1)),
         ])
     return nn.Sequential(layers)
@@ -165,11 +182,17 @@ def train_one(kind: str, args) -> int:
         return 0
 
     out = pathlib.Path(args.output_dir) / pathlib.Path(OUTPUTS[kind]).name
-    command = "tools/train_seed_models.py " + " ".join(shlex.quote(a) for a in args.argv)
+    rest, skip = [], False
+    for a in args.argv:  # the command that retrains this one model
+        if skip or a == "--model" or a.startswith("--model="):
+            skip = a == "--model"
+            continue
+        rest.append(a)
+    command = " ".join(["tools/train_seed_models.py", "--model", kind] + [shlex.quote(a) for a in rest])
     what = ("seed 002's CNN: conv 4@2x2 relu, conv 4@2x2 relu (Keras 'same': pad [0,1,0,1]), maxpool 4x4/4, "
             "dense 128 relu, dense 10 softmax" if kind == "cnn" else
             "seed 003's MLP: 784 -> dense 500 relu -> dense 10 softmax")
-    description = (f"{what}; {params:,} parameters; trained with PyTorch on MNIST train ({len(x_train)} images), "
+    description = (f"{what}; {params:,} parameters; trained with PyTorch on MNIST train ({len(x_train):,} images), "
                    f"seed {args.seed}, {recipe['epochs']} epochs, Adam lr {recipe['lr']:g} with warm-up and cosine "
                    f"decay, batch {recipe['batch_size']}"
                    f"{', shifts ±%dpx' % recipe['shift'] if recipe['shift'] else ''}; reproduce with: {command}")

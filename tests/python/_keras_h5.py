@@ -113,8 +113,12 @@ def to_json(model_config, keras_version="2.15.0"):
     return json.dumps({**model_config, "keras_version": keras_version, "backend": "tensorflow"})
 
 
-def _save_attr(group, name, data):
-    """keras' save_attributes_to_hdf5_group: chunks an attribute that exceeds the header limit."""
+def _save_attr(group, name, data, fixed=False):
+    """keras' save_attributes_to_hdf5_group: chunks an attribute that exceeds the header limit.
+    h5py 3 stores a list of byte strings as variable-length strings; h5py 2 (Keras 2.2's time)
+    stored fixed-length ones (`fixed`)."""
+    if fixed and len(data):
+        data = np.asarray(data)
     data_npy = np.asarray(data)
     num_chunks = 1
     chunked = np.array_split(data_npy, num_chunks)
@@ -135,7 +139,7 @@ def _weights_group(g, layer_names, weights, keras_version, keras22, chunk_limit=
     if chunk_limit is not None:
         HDF5_OBJECT_HEADER_LIMIT = chunk_limit
     try:
-        _save_attr(g, "layer_names", [n.encode("utf8") for n in layer_names])
+        _save_attr(g, "layer_names", [n.encode("utf8") for n in layer_names], keras22)
     finally:
         HDF5_OBJECT_HEADER_LIMIT = saved
     g.attrs["backend"] = b"tensorflow"
@@ -144,7 +148,7 @@ def _weights_group(g, layer_names, weights, keras_version, keras22, chunk_limit=
         lg = g.create_group(lname)
         ws = weights.get(lname, [])
         names = [n.encode("utf8") for n, _ in ws]
-        _save_attr(lg, "weight_names", names)
+        _save_attr(lg, "weight_names", names, keras22)
         for n, val in zip(names, (v for _, v in ws)):
             d = lg.create_dataset(n, val.shape, dtype=val.dtype)
             d[...] = val

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -85,10 +86,10 @@ Bytes u32_be(std::initializer_list<uint32_t> values) {
 }
 
 Bytes safetensors(const std::string& header, const Bytes& data = {}) {
-  Bytes bytes(8);
+  Bytes bytes(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * i));
-  bytes.insert(bytes.end(), header.begin(), header.end());
-  bytes.insert(bytes.end(), data.begin(), data.end());
+  std::copy(header.begin(), header.end(), bytes.begin() + 8);
+  std::copy(data.begin(), data.end(), bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header.size()));
   return bytes;
 }
 

@@ -58,8 +58,8 @@ TEST_P(Replay, EveryInputIsAcceptedOrRejectedCleanly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fuzz, Replay, ::testing::ValuesIn(fuzz::kTargets),
-                         [](const ::testing::TestParamInfo<fuzz::Target>& info) {
-                           return std::string(info.param.name);
+                         [](const ::testing::TestParamInfo<fuzz::Target>& param) {
+                           return std::string(param.param.name);
                          });
 
 }  // namespace
