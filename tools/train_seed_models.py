@@ -16,9 +16,12 @@ pool, flatten, fc1, fc2 (a layer's activation becomes the node LAYER_ACT), so a 
 same model imports to the same graph (tests/python/test_seed_models.py checks that).
 
 Training is deterministic (seed, 2 threads, deterministic algorithms): Adam with a one-epoch linear
-warm-up then cosine decay, batch 128, cross-entropy on the logits, random shifts of up to 1 pixel
-for the CNN. The recipe was chosen on a 5,000-image validation split held out of the training set
-(--val 5000), never on the test set. Each trained module is exported through the same code as
+warm-up then cosine decay, batch 128, cross-entropy on the logits, random shifts of up to 1 pixel,
+20 epochs. The recipe was chosen on a 5,000-image validation split held out of the training set
+(--val 5000), never on the test set: CNN 98.24% after 8 epochs, 98.70% after 30; MLP 98.14% after
+10 epochs without shifts, 98.86% after 20 with 1-pixel shifts. Dense layers are computed as
+1x1 convolutions while training (FastLinear below): Debian's torch has a generic BLAS, ten times
+slower than its oneDNN convolutions; a training takes 1-2 minutes on two idle cores. Each trained module is exported through the same code as
 `tools/export torch` (checked against the reference interpreter and the engine's CPU backend),
 read back, and its test accuracy measured on the written files; the engine's accuracy on the whole
 test set is printed too when the engine is built.
@@ -45,8 +48,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 RECIPES = {
     # epochs, batch, peak lr, max shift in pixels
-    "cnn": dict(epochs=8, batch_size=128, lr=3e-3, shift=1),
-    "mlp": dict(epochs=3, batch_size=128, lr=1e-3, shift=0),
+    "cnn": dict(epochs=20, batch_size=128, lr=3e-3, shift=1),
+    "mlp": dict(epochs=20, batch_size=128, lr=1e-3, shift=1),
 }
 OUTPUTS = {"cnn": "models/seed002-cnn.json", "mlp": "models/seed003-mlp.json"}
 SEED_REPORTED = {"cnn": "94.85% (seed 002, Keras, one epoch)", "mlp": "80.9% (seed 003)"}

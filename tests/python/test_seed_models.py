@@ -36,9 +36,9 @@ def card_accuracy(name: str) -> tuple[float, int]:
     """(percent, correct) from the model's card in models/README.md: its 'test accuracy, engine' row."""
     text = (MODELS / "README.md").read_text()
     section = text.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
-    m = re.search(r"\| test accuracy, engine[^|]*\| ([0-9.]+)% \((\d+)/10,?000\)", section)
+    m = re.search(r"\| test accuracy, engine[^|]*\| \**([0-9.]+)%\** \(([0-9,]+) ?/ ?10,?000\)", section)
     assert m, f"no 'test accuracy, engine' row in the card of {name}"
-    return float(m.group(1)), int(m.group(2))
+    return float(m.group(1)), int(m.group(2).replace(",", ""))
 
 
 def available_backends() -> list[str]:
