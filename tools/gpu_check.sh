@@ -6,13 +6,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}; mkdir -p "$OUT"
-B=build-gpu
+B=${BUILD_DIR:-build-gpu}
 DATA=$PWD/data/mnist
 steps=("$@"); ((${#steps[@]})) || steps=(build test sanitize run)
 export PYTHONUNBUFFERED=1
 status=0
 
 for s in "${steps[@]}"; do
+  echo "== $s ($(date +%T))"
   case $s in
   build)
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
@@ -35,13 +36,52 @@ for s in "${steps[@]}"; do
       echo "compute-sanitizer $tool: rc=$rc; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-$tool.log" | tail -1)"
       ((rc == 0)) || status=1
     done
+    # The engine itself on real data, each GPU backend, under memcheck.
+    for be in custom cudnn; do
+      timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 $B/engine -q run models/lenet5.json \
+        "$DATA/t10k-images-idx3-ubyte.gz" --backend $be --batch 333 --limit 2000 >"$OUT/sanitizer-engine-$be.log" 2>&1; rc=$?
+      echo "compute-sanitizer memcheck engine run --backend $be: rc=$rc; $(grep -E "ERROR SUMMARY" "$OUT/sanitizer-engine-$be.log" | tail -1)"
+      ((rc == 0)) || status=1
+    done
     ;;
   run)
-    for be in cpu custom cudnn; do
-      $B/engine run models/lenet5.json "$DATA/t10k-images-idx3-ubyte.gz" --labels "$DATA/t10k-labels-idx1-ubyte.gz" \
-        --backend $be --batch 1024 --json >"$OUT/run-$be.json" 2>"$OUT/run-$be.log" || status=1
-      echo "engine run --backend $be: $(cat "$OUT/run-$be.json" | tr -d '\n' | head -c 600)"
+    # Every committed model on its test set, on every backend: accuracy and images/s (JSON), the
+    # plan (-v: cuDNN's algorithm per layer), probabilities dumped and compared with the CPU backend's
+    # (same class on every image, max |dp|), and custom/cudnn run twice to show bitwise repeatability.
+    py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+    for pair in lenet5:mnist lenet5-fashion:fashion seed002-cnn:mnist seed003-mlp:mnist; do
+      m=${pair%%:*} d=$PWD/data/${pair#*:}
+      for be in cpu custom cudnn; do
+        $B/engine -v run models/$m.json "$d/t10k-images-idx3-ubyte.gz" --labels "$d/t10k-labels-idx1-ubyte.gz" \
+          --backend $be --batch 1024 --json --dump-outputs "$OUT/$m-$be.npy" >"$OUT/run-$m-$be.json" \
+          2>"$OUT/run-$m-$be.log" || { status=1; tail -3 "$OUT/run-$m-$be.log"; }
+        [[ $be == cpu ]] || $B/engine -q run models/$m.json "$d/t10k-images-idx3-ubyte.gz" --backend $be --batch 1024 \
+          --json --dump-outputs "$OUT/$m-$be-again.npy" >/dev/null 2>&1 || status=1
+      done
+      "$py" - "$OUT" "$m" <<'PY' || status=1
+import json, sys
+import numpy as np
+out, m = sys.argv[1], sys.argv[2]
+ref = np.load(f"{out}/{m}-cpu.npy")
+ok = True
+for be in ("cpu", "custom", "cudnn"):
+    r = json.load(open(f"{out}/run-{m}-{be}.json"))
+    line = (f"{m:15s} {be:7s} accuracy {100 * r['accuracy']:.2f}% ({r['correct']}/{r['images']}), "
+            f"{r['images_per_second']:,.0f} images/s, {r['device']}")
+    if be != "cpu":
+        p = np.load(f"{out}/{m}-{be}.npy")
+        again = np.load(f"{out}/{m}-{be}-again.npy")
+        same = int((p.argmax(1) == ref.argmax(1)).sum())
+        dp = float(np.abs(p.astype(np.float64) - ref).max())
+        bitwise = p.tobytes() == again.tobytes()
+        line += f"; vs cpu: same class {same}/{len(ref)}, max |dp| {dp:.2e}; two runs bitwise equal: {bitwise}"
+        ok &= same == len(ref) and dp <= 1e-5 and bitwise
+    print(line)
+sys.exit(0 if ok else 1)
+PY
     done
+    grep -h "plan: \|^node\|cudnn:" "$OUT/run-lenet5-cudnn.log" | head -20
+    rm -f "$OUT"/*.npy
     ;;
   bench)
     # engine bench (every backend and batch, plain and CUDA-graph, per-layer profile), engine bench
@@ -65,4 +105,5 @@ for s in "${steps[@]}"; do
   *) echo "unknown step $s"; exit 2 ;;
   esac
 done
+echo "== done ($(date +%T)), status $status"
 exit $status

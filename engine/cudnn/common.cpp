@@ -64,25 +64,40 @@ ExplicitPad::ExplicitPad(const BuildContext& ctx, const std::string& label, int 
                label + ": explicit padding buffer") {
   // The whole buffer, interior included, gets the border value once: the border keeps it for ever
   // (runs only write the interior) and nothing ever reads uninitialised memory.
-  TensorDesc full;
-  set_nchw(full, ctx.max_batch, c_, padded_h_, padded_w_, label_);
-  CUDNN_CHECK_CTX(cudnnSetTensor(ctx.cudnn, full, scratch_.data(), &border_value), label_);
   set_batch(ctx.max_batch);
+  const size_t sample = size_t(c_) * size_t(padded_h_) * size_t(padded_w_);
+  chunks_.for_each([&](size_t first, bool tail) {
+    TensorDesc whole;
+    set_nchw(whole, tail ? chunks_.tail() : kBatchChunk, c_, padded_h_, padded_w_, label_);
+    CUDNN_CHECK_CTX(cudnnSetTensor(ctx.cudnn, whole, scratch_.data() + first * sample, &border_value), label_);
+  });
 }
 
-void ExplicitPad::set_batch(int n) {
-  set_nchw(source_desc_, n, c_, h_, w_, label_);
+void ExplicitPad::describe(int n, cudnnTensorDescriptor_t source, cudnnTensorDescriptor_t interior) {
+  set_nchw(source, n, c_, h_, w_, label_);
   // The interior of each padded sample: same dims as the source, strides of the padded tensor.
-  CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptorEx(interior_desc_, CUDNN_DATA_FLOAT, n, c_, h_, w_,
+  CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptorEx(interior, CUDNN_DATA_FLOAT, n, c_, h_, w_,
                                                c_ * padded_h_ * padded_w_, padded_h_ * padded_w_, padded_w_, 1),
                   label_);
 }
 
+void ExplicitPad::set_batch(int n) {
+  chunks_.set(n);
+  if (chunks_.has_full()) describe(kBatchChunk, source_full_, interior_full_);
+  if (chunks_.tail() > 0) describe(chunks_.tail(), source_tail_, interior_tail_);
+}
+
 void ExplicitPad::enqueue(const RunContext& ctx) {
   const float one = 1.0f, zero = 0.0f;
+  const size_t in_sample = size_t(c_) * size_t(h_) * size_t(w_);
+  const size_t out_sample = size_t(c_) * size_t(padded_h_) * size_t(padded_w_);
   float* interior = scratch_.data() + size_t(pad_top_) * size_t(padded_w_) + size_t(pad_left_);
-  CUDNN_CHECK_CTX(cudnnTransformTensor(ctx.cudnn, &one, source_desc_, source_, &zero, interior_desc_, interior),
-                  label_);
+  chunks_.for_each([&](size_t first, bool tail) {
+    CUDNN_CHECK_CTX(cudnnTransformTensor(ctx.cudnn, &one, tail ? source_tail_ : source_full_,
+                                         source_ + first * in_sample, &zero, tail ? interior_tail_ : interior_full_,
+                                         interior + first * out_sample),
+                    label_);
+  });
 }
 
 }  // namespace engine::cudnn

@@ -12,6 +12,28 @@
 namespace engine::cudnn {
 namespace {
 
+// [n, elements, 1, 1] described per chunk of the batch (BatchChunks): one descriptor for the full
+// chunks, one for the tail.
+class ChunkedRows {
+ public:
+  void set(int n, int elements, const std::string& label) {
+    elements_ = elements;
+    chunks_.set(n);
+    if (chunks_.has_full()) set_nchw(full_, kBatchChunk, elements, 1, 1, label);
+    if (chunks_.tail() > 0) set_nchw(tail_, chunks_.tail(), elements, 1, 1, label);
+  }
+  // f(offset in floats of the chunk's first sample, its descriptor)
+  template <typename F>
+  void for_each(F&& f) const {
+    chunks_.for_each([&](size_t first, bool tail) { f(first * size_t(elements_), tail ? tail_.get() : full_.get()); });
+  }
+
+ private:
+  int elements_ = 0;
+  BatchChunks chunks_;
+  TensorDesc full_, tail_;
+};
+
 class ActivationStep final : public Step {
  public:
   ActivationStep(const BuildContext& ctx, const formats::Node& node, int64_t elements, const float* x, float* y)
@@ -25,10 +47,13 @@ class ActivationStep final : public Step {
     CUDNN_CHECK_CTX(cudnnSetActivationDescriptor(act_desc_, mode_, CUDNN_PROPAGATE_NAN, 0.0), label_);
     set_batch(ctx.max_batch);
   }
-  void set_batch(int n) override { set_nchw(desc_, n, elements_, 1, 1, label_); }
+  void set_batch(int n) override { descs_.set(n, elements_, label_); }
   void enqueue(const RunContext& ctx) override {
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_CHECK_CTX(cudnnActivationForward(ctx.cudnn, act_desc_, &one, desc_, x_, &zero, desc_, y_), label_);
+    descs_.for_each([&](size_t offset, cudnnTensorDescriptor_t desc) {
+      CUDNN_CHECK_CTX(cudnnActivationForward(ctx.cudnn, act_desc_, &one, desc, x_ + offset, &zero, desc, y_ + offset),
+                      label_);
+    });
   }
   std::string summary() const override {
     const char* mode = mode_ == CUDNN_ACTIVATION_RELU   ? "CUDNN_ACTIVATION_RELU"
@@ -43,7 +68,7 @@ class ActivationStep final : public Step {
   int elements_;
   cudnnActivationMode_t mode_ = CUDNN_ACTIVATION_RELU;
   ActivationDesc act_desc_;
-  TensorDesc desc_;
+  ChunkedRows descs_;
 };
 
 class SoftmaxStep final : public Step {
@@ -52,12 +77,14 @@ class SoftmaxStep final : public Step {
       : Step(node_label(node)), x_(x), y_(y), elements_(int(elements)) {
     set_batch(ctx.max_batch);
   }
-  void set_batch(int n) override { set_nchw(desc_, n, elements_, 1, 1, label_); }
+  void set_batch(int n) override { descs_.set(n, elements_, label_); }
   void enqueue(const RunContext& ctx) override {
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_CHECK_CTX(cudnnSoftmaxForward(ctx.cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, desc_,
-                                        x_, &zero, desc_, y_),
-                    label_);
+    descs_.for_each([&](size_t offset, cudnnTensorDescriptor_t desc) {
+      CUDNN_CHECK_CTX(cudnnSoftmaxForward(ctx.cudnn, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE, &one, desc,
+                                          x_ + offset, &zero, desc, y_ + offset),
+                      label_);
+    });
   }
   std::string summary() const override {
     return fmt::format("{}: cudnnSoftmaxForward CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE", label_);
@@ -67,7 +94,7 @@ class SoftmaxStep final : public Step {
   const float* x_;
   float* y_;
   int elements_;
-  TensorDesc desc_;
+  ChunkedRows descs_;
 };
 
 class AddStep final : public Step {
@@ -79,10 +106,14 @@ class AddStep final : public Step {
                     label_);
     set_batch(ctx.max_batch);
   }
-  void set_batch(int n) override { set_nchw(desc_, n, elements_, 1, 1, label_); }
+  void set_batch(int n) override { descs_.set(n, elements_, label_); }
   void enqueue(const RunContext& ctx) override {
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_CHECK_CTX(cudnnOpTensor(ctx.cudnn, op_desc_, &one, desc_, a_, &one, desc_, b_, &zero, desc_, y_), label_);
+    descs_.for_each([&](size_t offset, cudnnTensorDescriptor_t desc) {
+      CUDNN_CHECK_CTX(cudnnOpTensor(ctx.cudnn, op_desc_, &one, desc, a_ + offset, &one, desc, b_ + offset, &zero,
+                                    desc, y_ + offset),
+                      label_);
+    });
   }
   std::string summary() const override { return fmt::format("{}: cudnnOpTensor CUDNN_OP_TENSOR_ADD", label_); }
 
@@ -92,7 +123,7 @@ class AddStep final : public Step {
   float* y_;
   int elements_;
   OpTensorDesc op_desc_;
-  TensorDesc desc_;
+  ChunkedRows descs_;
 };
 
 }  // namespace

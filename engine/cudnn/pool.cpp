@@ -47,7 +47,9 @@ class PoolStep final : public Step {
                     label_);
     set_batch(ctx.max_batch);
     int n = 0, c = 0, oh = 0, ow = 0;
-    CUDNN_CHECK_CTX(cudnnGetPooling2dForwardOutputDim(pool_desc_, x_desc_, &n, &c, &oh, &ow), label_);
+    CUDNN_CHECK_CTX(cudnnGetPooling2dForwardOutputDim(pool_desc_, chunks_.has_full() ? x_full_ : x_tail_, &n, &c,
+                                                      &oh, &ow),
+                    label_);
     if (c != c_ || oh != oh_ || ow != ow_)
       throw std::runtime_error(fmt::format("{}: cuDNN computes an output of [{}, {}, {}] where the model has "
                                            "[{}, {}, {}]",
@@ -56,14 +58,21 @@ class PoolStep final : public Step {
 
   void set_batch(int n) override {
     if (pad_) pad_->set_batch(n);
-    set_nchw(x_desc_, n, c_, in_h_, in_w_, label_);
-    set_nchw(y_desc_, n, c_, oh_, ow_, label_);
+    chunks_.set(n);
+    if (chunks_.has_full()) describe(kBatchChunk, x_full_, y_full_);
+    if (chunks_.tail() > 0) describe(chunks_.tail(), x_tail_, y_tail_);
   }
 
   void enqueue(const RunContext& ctx) override {
     if (pad_) pad_->enqueue(ctx);
     const float one = 1.0f, zero = 0.0f;
-    CUDNN_CHECK_CTX(cudnnPoolingForward(ctx.cudnn, pool_desc_, &one, x_desc_, x_, &zero, y_desc_, y_), label_);
+    const size_t in_sample = size_t(c_) * size_t(in_h_) * size_t(in_w_);
+    const size_t out_sample = size_t(c_) * size_t(oh_) * size_t(ow_);
+    chunks_.for_each([&](size_t first, bool tail) {
+      CUDNN_CHECK_CTX(cudnnPoolingForward(ctx.cudnn, pool_desc_, &one, tail ? x_tail_ : x_full_, x_ + first * in_sample,
+                                          &zero, tail ? y_tail_ : y_full_, y_ + first * out_sample),
+                      label_);
+    });
   }
 
   std::string summary() const override {
@@ -77,13 +86,19 @@ class PoolStep final : public Step {
   }
 
  private:
+  void describe(int n, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t y) {
+    set_nchw(x, n, c_, in_h_, in_w_, label_);
+    set_nchw(y, n, c_, oh_, ow_, label_);
+  }
+
   const float* x_;
   float* y_;
   int c_ = 0, in_h_ = 0, in_w_ = 0, oh_ = 0, ow_ = 0;
   cudnnPoolingMode_t mode_ = CUDNN_POOLING_MAX;
   std::optional<ExplicitPad> pad_;
   PoolingDesc pool_desc_;
-  TensorDesc x_desc_, y_desc_;
+  BatchChunks chunks_;
+  TensorDesc x_full_, y_full_, x_tail_, y_tail_;
 };
 
 }  // namespace

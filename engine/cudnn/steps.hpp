@@ -56,6 +56,32 @@ class Step {
   std::string label_;  // "node 'c1' (conv2d)": the context of every status check
 };
 
+// cuDNN's pooling (and other per-sample) kernels answer CUDNN_STATUS_NOT_SUPPORTED once N reaches
+// 65,536 (seen here on an H100 with cuDNN 9.14 at N = 65,536; onnxruntime#29819 reports N = 65,535
+// working and 65,536 failing): the batch maps onto a 16-bit grid dimension. Steps whose calls take N
+// therefore run them on chunks of at most kBatchChunk samples. No arithmetic crosses samples in those
+// calls, so chunking changes no result; it adds launches only above the chunk size.
+constexpr int kBatchChunk = 32768;
+
+class BatchChunks {
+ public:
+  void set(int n) {
+    full_ = n / kBatchChunk;
+    tail_ = n % kBatchChunk;
+  }
+  bool has_full() const { return full_ > 0; }
+  int tail() const { return tail_; }
+  // f(first_sample, is_tail) for each chunk, in order.
+  template <typename F>
+  void for_each(F&& f) const {
+    for (int i = 0; i < full_; ++i) f(size_t(i) * size_t(kBatchChunk), false);
+    if (tail_ > 0) f(size_t(full_) * size_t(kBatchChunk), true);
+  }
+
+ private:
+  int full_ = 0, tail_ = 0;
+};
+
 // Copies an NCHW tensor into the interior of a scratch buffer whose border holds a constant (0 for
 // convolution and average pooling, -inf for max pooling), so cuDNN, whose descriptors only take
 // symmetric padding, can run asymmetrically padded windows with padding 0. The border is written
@@ -72,11 +98,14 @@ class ExplicitPad {
   size_t scratch_bytes() const { return scratch_.bytes(); }
 
  private:
+  void describe(int n, cudnnTensorDescriptor_t source, cudnnTensorDescriptor_t interior);
+
   std::string label_;
   int c_, h_, w_, pad_top_, pad_left_, padded_h_, padded_w_;
   const float* source_;
   gpu::DeviceBuffer<float> scratch_;  // [max_batch, C, H + top + bottom, W + left + right]
-  TensorDesc source_desc_, interior_desc_;
+  BatchChunks chunks_;
+  TensorDesc source_full_, interior_full_, source_tail_, interior_tail_;
 };
 
 // Parameter-free node kinds and the node families, one factory each (conv.cpp, pool.cpp, dense.cpp,

@@ -20,25 +20,9 @@ using testing_support::ModelBuilder;
 using testing_support::single_op_model;
 using testing_support::window;
 
-formats::Node conv_attrs(int out_channels, formats::Window2D win) {
-  formats::Node n;
-  n.out_channels = out_channels;
-  n.window = win;
-  return n;
-}
-
-formats::Node pool_attrs(formats::Window2D win, bool count_include_pad = true) {
-  formats::Node n;
-  n.window = win;
-  n.count_include_pad = count_include_pad;
-  return n;
-}
-
-formats::Node dense_attrs(int units) {
-  formats::Node n;
-  n.units = units;
-  return n;
-}
+using gpu_test::conv_attrs;
+using gpu_test::dense_attrs;
+using gpu_test::pool_attrs;
 
 TEST(CudnnConv2d, MatchesCpu) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
@@ -206,6 +190,20 @@ TEST(CudnnAdd, MatchesCpu) {
   expect_matches_cpu_all_batches(testing_support::add_dag_model({17}), 1110, -3.0f, 3.0f);
   // add(x, x): the same value as both operands.
   expect_matches_cpu_all_batches(single_op_model(OpType::Add, {5, 3, 9}, formats::Node{}, 1120), 1120);
+}
+
+// Batches past 65,535 samples: cuDNN's pooling refuses them in one call (CUDNN_STATUS_NOT_SUPPORTED
+// at N = 65,536), so the backend runs per-sample calls in chunks; every op kind is checked across the
+// chunk boundary, full and partial batches.
+TEST(CudnnHugeBatch, EveryOpMatchesCpuPast65535Samples) {
+  ENGINE_SKIP_UNLESS_BACKEND("cudnn");
+  uint32_t seed = 4100;
+  for (const auto& m : gpu_test::huge_batch_models()) {
+    SCOPED_TRACE(m.model->name);
+    for (const auto& bc : gpu_test::huge_batch_cases())
+      cudnn_test::expect_matches_cpu(m.model, bc, seed++, m.lo, m.hi, {},
+                                     m.reduction ? cudnn_test::kFp32ReductionTolerance : cudnn_test::kFp32Tolerance);
+  }
 }
 
 // The non-default options compile and keep fp32 parity (FP32 precision with measured algorithms).

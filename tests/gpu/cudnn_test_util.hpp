@@ -1,15 +1,6 @@
 #pragma once
-// Helpers shared by the cudnn backend's tests (tests/gpu/cudnn_*.cpp).
-#include <gtest/gtest.h>
-
-#include <cstdlib>
-#include <memory>
-#include <string>
-#include <vector>
-
-#include "formats/model.hpp"
-#include "tests/common/compare.hpp"
-#include "tests/common/test_models.hpp"
+// The cudnn backend's op-test checks: gpu_op_test_util.hpp with backend "cudnn" and its fp32 bounds.
+#include "tests/gpu/gpu_op_test_util.hpp"
 
 namespace cudnn_test {
 
@@ -24,34 +15,14 @@ inline constexpr double kFp32Tolerance = 1e-5;
 // indexing bug (order 1).
 inline constexpr double kFp32ReductionTolerance = 5e-5;
 
-// ENGINE_SANITIZER_RUN=1: compute-sanitizer runs kernels 10-100x slower; tests use fewer, smaller runs.
-inline bool sanitizer_run() {
-  const char* v = std::getenv("ENGINE_SANITIZER_RUN");
-  return v != nullptr && std::string(v) == "1";
-}
+using gpu_test::BatchCase;
+using gpu_test::batch_cases;
+using gpu_test::sanitizer_run;
 
-// Batch sizes of the op tests: 1, a partial batch (7 of a capacity of 256: descriptors re-described
-// for n < max_batch, the case of a run's last batch), full large batches.
-struct BatchCase {
-  int batch, max_batch;
-};
-inline std::vector<BatchCase> batch_cases() {
-  if (sanitizer_run()) return {{1, 1}, {7, 64}, {64, 64}};
-  return {{1, 1}, {7, 256}, {256, 256}, {1000, 1000}};
-}
-
-// Fresh random float inputs in [lo, hi) for `batch` samples; cudnn against cpu.
 inline void expect_matches_cpu(const std::shared_ptr<formats::Model>& model, const BatchCase& bc, uint32_t seed,
                                float lo = -1.0f, float hi = 1.0f, const engine::CompileOptions& options = {},
                                double tolerance = kFp32Tolerance) {
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), seed, lo, hi);
-  const auto c = testing_support::compare_with_cpu(model, "cudnn", input.data(), bc.batch, bc.max_batch, options);
-  const std::string where = "model '" + model->name + "', batch " + std::to_string(bc.batch) + " of " +
-                            std::to_string(bc.max_batch);
-  EXPECT_EQ(c.unwritten, 0u) << where << ": NaN (unwritten) elements in the cudnn output";
-  EXPECT_LE(c.max_rel_error, tolerance) << where << ", worst " << c.worst;
-  EXPECT_GT(c.elements, 0u) << where;
+  gpu_test::expect_matches_cpu("cudnn", model, bc, seed, lo, hi, options, tolerance);
 }
 
 inline void expect_matches_cpu_all_batches(const std::shared_ptr<formats::Model>& model, uint32_t seed,

@@ -13,25 +13,9 @@ using formats::OpType;
 using testing_support::single_op_model;
 using testing_support::window;
 
-formats::Node conv_attrs(int out_channels, formats::Window2D win) {
-  formats::Node n;
-  n.out_channels = out_channels;
-  n.window = win;
-  return n;
-}
-
-formats::Node pool_attrs(formats::Window2D win, bool count_include_pad = true) {
-  formats::Node n;
-  n.window = win;
-  n.count_include_pad = count_include_pad;
-  return n;
-}
-
-formats::Node dense_attrs(int units) {
-  formats::Node n;
-  n.units = units;
-  return n;
-}
+using gpu_test::conv_attrs;
+using gpu_test::dense_attrs;
+using gpu_test::pool_attrs;
 
 struct ConvCase {
   formats::Shape input;
@@ -182,3 +166,13 @@ TEST(CustomSoftmax, MatchesCpu) {
 }
 
 }  // namespace
+
+// Batches past 65,535 samples (the end of 16-bit grid dimensions): every op kind, full and partial.
+TEST(CustomHugeBatch, EveryOpMatchesCpuPast65535Samples) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  uint32_t seed = 4200;
+  for (const auto& m : gpu_test::huge_batch_models()) {
+    SCOPED_TRACE(m.model->name);
+    for (const auto& bc : gpu_test::huge_batch_cases()) custom_test::expect_matches_cpu(m.model, bc, seed++, m.lo, m.hi);
+  }
+}
