@@ -58,6 +58,8 @@ except ImportError:  # pragma: no cover - Pillow comes with Debian's matplotlib
     Image = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from cnnengine import allops  # noqa: E402
 STRUCTURAL = b'{}[],:"'
 
 # ---- safetensors -------------------------------------------------------------------------------
@@ -112,37 +114,11 @@ def st_tensors(blob: bytes) -> tuple[list[tuple[str, str, list[int], bytes]], di
 
 def synthetic_model() -> tuple[dict, bytes]:
     """Every op of format v1: uint8 [1, 28, 28] (MNIST-sized), two outputs, labels."""
-    rng = np.random.default_rng(5)
-    arrays = [("c1.weight", rng.standard_normal((4, 1, 5, 5)) * 0.2), ("c1.bias", rng.standard_normal(4) * 0.1),
-              ("d1.weight", rng.standard_normal((10, 784)) * 0.05), ("d1.bias", rng.standard_normal(10) * 0.1)]
-    blob = st_from_arrays([(n, "F32", list(a.shape), a.astype("<f4").tobytes()) for n, a in arrays],
+    graph, tensors = allops.allops_model(size=28, kernel=5, pad=2, seed=5, conv_scale=0.2, dense_scale=0.05,
+                                         description="synthetic model using every op (malformed corpus source)")
+    blob = st_from_arrays([(n, "F32", list(a.shape), a.astype("<f4").tobytes()) for n, a in tensors.items()],
                           {"producer": "tools/make_malformed_corpus.py"})
-    graph = {
-        "format": "cnn-engine-model", "version": 1, "name": "allops",
-        "description": "synthetic model using every op (malformed corpus source)",
-        "weights": {"file": "allops.safetensors", "sha256": hashlib.sha256(blob).hexdigest()},
-        "input": {"name": "image", "dtype": "uint8", "shape": [1, 28, 28],
-                  "preprocess": {"scale": 0.003921568859368563, "mean": [0.1307], "std": [0.3081],
-                                 "pad": [2, 2, 2, 2], "pad_value": 0.0}},
-        "labels": [str(i) for i in range(10)],
-        "nodes": [
-            {"name": "c1", "op": "conv2d", "inputs": ["image"],
-             "attrs": {"kernel": [5, 5], "stride": [1, 1], "padding": [0, 0, 0, 0], "out_channels": 4},
-             "tensors": {"weight": "c1.weight", "bias": "c1.bias"}},
-            {"name": "r1", "op": "relu", "inputs": ["c1"]},
-            {"name": "p1", "op": "maxpool", "inputs": ["r1"], "attrs": {"kernel": [2, 2]}},
-            {"name": "a1", "op": "avgpool", "inputs": ["p1"],
-             "attrs": {"kernel": [3, 3], "stride": [1, 1], "padding": [1, 1, 1, 1], "count_include_pad": False}},
-            {"name": "t1", "op": "tanh", "inputs": ["a1"]},
-            {"name": "s1", "op": "sigmoid", "inputs": ["p1"]},
-            {"name": "sum", "op": "add", "inputs": ["t1", "s1"]},
-            {"name": "f1", "op": "flatten", "inputs": ["sum"]},
-            {"name": "d1", "op": "dense", "inputs": ["f1"], "attrs": {"units": 10},
-             "tensors": {"weight": "d1.weight", "bias": "d1.bias"}},
-            {"name": "prob", "op": "softmax", "inputs": ["d1"]},
-        ],
-        "outputs": ["prob", "d1"],
-    }
+    graph["weights"]["sha256"] = hashlib.sha256(blob).hexdigest()
     return graph, blob
 
 

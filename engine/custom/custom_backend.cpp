@@ -37,6 +37,18 @@
 namespace engine::custom {
 namespace {
 
+// The window fields both Conv2dShape and Pool2dShape carry (bottom/right padding is implied by the
+// output size the planner computed).
+template <typename WindowedShape>
+void set_window(WindowedShape& s, const formats::Window2D& w) {
+  s.kernel_h = w.kernel_h;
+  s.kernel_w = w.kernel_w;
+  s.stride_h = w.stride_h;
+  s.stride_w = w.stride_w;
+  s.pad_top = w.pad_top;
+  s.pad_left = w.pad_left;
+}
+
 std::optional<Activation> activation_of(OpType op) {
   switch (op) {
     case OpType::Relu: return Activation::Relu;
@@ -242,12 +254,7 @@ class CustomExecutable final : public gpu::GpuExecutable {
           s.out_channels = as_int(out.shape.at(0));
           s.out_height = as_int(out.shape.at(1));
           s.out_width = as_int(out.shape.at(2));
-          s.kernel_h = node.window.kernel_h;
-          s.kernel_w = node.window.kernel_w;
-          s.stride_h = node.window.stride_h;
-          s.stride_w = node.window.stride_w;
-          s.pad_top = node.window.pad_top;
-          s.pad_left = node.window.pad_left;
+          set_window(s, node.window);
           const Conv2dLaunch l = conv2d_plan(s, limits);
           if (l.tiled)
             lines.push_back(fmt::format(
@@ -273,12 +280,7 @@ class CustomExecutable final : public gpu::GpuExecutable {
           s.width = as_int(in.shape.at(2));
           s.out_height = as_int(out.shape.at(1));
           s.out_width = as_int(out.shape.at(2));
-          s.kernel_h = node.window.kernel_h;
-          s.kernel_w = node.window.kernel_w;
-          s.stride_h = node.window.stride_h;
-          s.stride_w = node.window.stride_w;
-          s.pad_top = node.window.pad_top;
-          s.pad_left = node.window.pad_left;
+          set_window(s, node.window);
           const PoolLaunch l = pool_plan(s, limits);
           const bool is_max = node.op == OpType::MaxPool;
           lines.push_back(fmt::format("{}: {}_forward, one thread per output, {} threads/block{}", context,

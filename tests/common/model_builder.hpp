@@ -110,4 +110,44 @@ class ModelBuilder {
   std::shared_ptr<formats::Model> model_;
 };
 
+// A LeNet-5-shaped model with random weights (seeds from `seed`): uint8 [1, 28, 28] input, MNIST
+// preprocessing padded to 32x32, conv 6@5x5 → tanh → avgpool 2x2 → conv 16@5x5 → act3 → maxpool
+// (s4_window) → flatten → dense 120 → relu → dense 84 → act6 → dense 10 → softmax. Tests vary the
+// activations and the second pool to cover fusion patterns and padded windows.
+struct LenetLike {
+  std::string name = "lenet_like";
+  uint32_t seed = 1;
+  formats::OpType act3 = formats::OpType::Sigmoid;
+  formats::Window2D s4_window = window(2, 2, 2, 2);
+  formats::OpType act6 = formats::OpType::Tanh;
+  bool logits_output = false;  // also output the last dense layer's values
+};
+inline std::shared_ptr<formats::Model> lenet_like_model(const LenetLike& o = {}) {
+  using formats::OpType;
+  formats::Preprocess p;
+  p.scale = 1.0f / 255.0f;
+  p.mean = {0.1307f};
+  p.std = {0.3081f};
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 2;
+  std::vector<std::string> outputs{"prob"};
+  if (o.logits_output) outputs.push_back("d7");
+  return ModelBuilder(o.name, {1})
+      .uint8_input({1, 28, 28}, p)
+      .conv2d("c1", "x", 1, 6, window(5, 5, 1, 1), o.seed)
+      .unary("t1", OpType::Tanh, "c1")
+      .pool("s2", OpType::AvgPool, "t1", window(2, 2, 2, 2))
+      .conv2d("c3", "s2", 6, 16, window(5, 5, 1, 1), o.seed + 2)
+      .unary("a3", o.act3, "c3")
+      .pool("s4", OpType::MaxPool, "a3", o.s4_window)
+      .unary("f", OpType::Flatten, "s4")
+      .dense("d5", "f", 400, 120, o.seed + 4)
+      .unary("r5", OpType::Relu, "d5")
+      .dense("d6", "r5", 120, 84, o.seed + 6)
+      .unary("a6", o.act6, "d6")
+      .dense("d7", "a6", 84, 10, o.seed + 8)
+      .unary("prob", OpType::Softmax, "d7")
+      .outputs(outputs)
+      .build();
+}
+
 }  // namespace testing_support

@@ -16,29 +16,13 @@ namespace {
 using formats::OpType;
 using testing_support::window;
 
+// Sigmoid after the second convolution, an asymmetrically padded 3x3 max pool, two outputs.
 std::shared_ptr<formats::Model> lenet_like_model() {
-  formats::Preprocess p;
-  p.scale = 1.0f / 255.0f;
-  p.mean = {0.1307f};
-  p.std = {0.3081f};
-  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 2;
-  return testing_support::ModelBuilder("lenet_like", {1})
-      .uint8_input({1, 28, 28}, p)
-      .conv2d("c1", "x", 1, 6, window(5, 5, 1, 1), 11)
-      .unary("t1", OpType::Tanh, "c1")
-      .pool("s2", OpType::AvgPool, "t1", window(2, 2, 2, 2))
-      .conv2d("c3", "s2", 6, 16, window(5, 5, 1, 1), 13)
-      .unary("t3", OpType::Sigmoid, "c3")
-      .pool("s4", OpType::MaxPool, "t3", window(3, 3, 2, 2, 1, 0, 1, 0))
-      .unary("f", OpType::Flatten, "s4")
-      .dense("d5", "f", 400, 120, 15)
-      .unary("r5", OpType::Relu, "d5")
-      .dense("d6", "r5", 120, 84, 17)
-      .unary("t6", OpType::Tanh, "d6")
-      .dense("d7", "t6", 84, 10, 19)
-      .unary("prob", OpType::Softmax, "d7")
-      .outputs({"prob", "d7"})
-      .build();
+  testing_support::LenetLike o;
+  o.seed = 11;
+  o.s4_window = window(3, 3, 2, 2, 1, 0, 1, 0);
+  o.logits_output = true;
+  return testing_support::lenet_like_model(o);
 }
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {

@@ -33,6 +33,8 @@ except ImportError:  # pragma: no cover
     Image = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+from cnnengine import allops  # noqa: E402
 BLOB_SEPARATOR = b"\n#--weights--#\n"  # fuzz_support.hpp: kBlobSeparator
 
 
@@ -56,42 +58,8 @@ def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] |
 
 def allops_model() -> tuple[dict, dict[str, np.ndarray]]:
     """Every op of format v1 in one small graph (uint8 [1, 12, 12] input, two outputs)."""
-    rng = np.random.default_rng(7)
-    tensors = {
-        "c1.weight": rng.standard_normal((4, 1, 3, 3)).astype(np.float32) * 0.3,
-        "c1.bias": rng.standard_normal(4).astype(np.float32) * 0.1,
-        "d1.weight": rng.standard_normal((10, 144)).astype(np.float32) * 0.1,
-        "d1.bias": rng.standard_normal(10).astype(np.float32) * 0.1,
-    }
-    graph = {
-        "format": "cnn-engine-model",
-        "version": 1,
-        "name": "allops",
-        "description": "fuzz seed: every op",
-        "weights": {"file": "allops.safetensors", "sha256": ""},
-        "input": {"name": "image", "dtype": "uint8", "shape": [1, 12, 12],
-                  "preprocess": {"scale": 0.003921568859368563, "mean": [0.1307], "std": [0.3081],
-                                 "pad": [1, 1, 1, 1], "pad_value": 0.0}},
-        "labels": [str(i) for i in range(10)],
-        "nodes": [
-            {"name": "c1", "op": "conv2d", "inputs": ["image"],
-             "attrs": {"kernel": [3, 3], "stride": [1, 1], "padding": [0, 0, 0, 0], "out_channels": 4},
-             "tensors": {"weight": "c1.weight", "bias": "c1.bias"}},
-            {"name": "r1", "op": "relu", "inputs": ["c1"]},
-            {"name": "p1", "op": "maxpool", "inputs": ["r1"], "attrs": {"kernel": [2, 2]}},
-            {"name": "a1", "op": "avgpool", "inputs": ["p1"],
-             "attrs": {"kernel": [3, 3], "stride": [1, 1], "padding": [1, 1, 1, 1], "count_include_pad": False}},
-            {"name": "t1", "op": "tanh", "inputs": ["a1"]},
-            {"name": "s1", "op": "sigmoid", "inputs": ["p1"]},
-            {"name": "sum", "op": "add", "inputs": ["t1", "s1"]},
-            {"name": "f1", "op": "flatten", "inputs": ["sum"]},
-            {"name": "d1", "op": "dense", "inputs": ["f1"], "attrs": {"units": 10},
-             "tensors": {"weight": "d1.weight", "bias": "d1.bias"}},
-            {"name": "prob", "op": "softmax", "inputs": ["d1"]},
-        ],
-        "outputs": ["prob", "d1"],
-    }
-    return graph, tensors
+    return allops.allops_model(size=12, kernel=3, pad=1, seed=7, conv_scale=0.3, dense_scale=0.1,
+                               description="fuzz seed: every op")
 
 
 def float_model() -> tuple[dict, dict[str, np.ndarray]]:

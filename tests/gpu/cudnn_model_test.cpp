@@ -18,6 +18,7 @@
 #include "formats/idx.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/gpu/cudnn_test_util.hpp"
+#include "tests/gpu/mnist_model_util.hpp"
 
 namespace {
 
@@ -32,96 +33,21 @@ using testing_support::window;
 constexpr double kTf32ProbabilityTolerance = 2e-3;
 constexpr double kTf32MinArgmaxAgreement = 0.999;
 
-std::string mnist_images_path() { return std::string(ENGINE_TEST_DATA_DIR) + "/mnist/t10k-images-idx3-ubyte.gz"; }
-
-// The MNIST test images (fewer under compute-sanitizer), or an empty batch when the file is missing.
-formats::ImageBatch mnist_images() {
-  formats::ImageBatch images;
-  if (!std::filesystem::exists(mnist_images_path())) return images;
-  images = formats::read_idx_images(mnist_images_path());
-  const int64_t keep = cudnn_test::sanitizer_run() ? 512 : images.count;
-  images.count = std::min(images.count, keep);
-  images.pixels.resize(size_t(images.count) * size_t(images.channels * images.height * images.width));
-  return images;
-}
-
-// A LeNet-5-shaped model with random weights: uint8 28x28 input padded to 32x32 by preprocessing,
-// conv → tanh → avgpool → conv → relu (fused) → maxpool → flatten → dense → relu → dense → sigmoid →
-// dense → softmax.
+// Relu after the second convolution (cuDNN fuses it into the convolution), sigmoid after dense 84.
 std::shared_ptr<formats::Model> lenet_like_model() {
-  formats::Preprocess pre;
-  pre.scale = 1.0f / 255.0f;
-  pre.mean = {0.1307f};
-  pre.std = {0.3081f};
-  pre.pad_top = pre.pad_bottom = pre.pad_left = pre.pad_right = 2;
-  return ModelBuilder("lenet_like", {1, 32, 32})
-      .uint8_input({1, 28, 28}, pre)
-      .conv2d("c1", "x", 1, 6, window(5, 5, 1, 1), 1)
-      .unary("t1", OpType::Tanh, "c1")
-      .pool("s2", OpType::AvgPool, "t1", window(2, 2, 2, 2))
-      .conv2d("c3", "s2", 6, 16, window(5, 5, 1, 1), 2)
-      .unary("r3", OpType::Relu, "c3")
-      .pool("s4", OpType::MaxPool, "r3", window(2, 2, 2, 2))
-      .unary("flat", OpType::Flatten, "s4")
-      .dense("f5", "flat", 400, 120, 3)
-      .unary("r5", OpType::Relu, "f5")
-      .dense("f6", "r5", 120, 84, 4)
-      .unary("g6", OpType::Sigmoid, "f6")
-      .dense("f7", "g6", 84, 10, 5)
-      .unary("prob", OpType::Softmax, "f7")
-      .outputs({"prob"})
-      .build();
+  testing_support::LenetLike o;
+  o.act3 = OpType::Relu;
+  o.act6 = OpType::Sigmoid;
+  return testing_support::lenet_like_model(o);
 }
 
-// Runs every image through one executable in batches of `max_batch` (the last one partial) and
-// returns the first output, [count, elements].
-std::vector<float> run_all(const std::string& backend_name, const std::shared_ptr<formats::Model>& model,
-                           const formats::ImageBatch& images, int max_batch, const engine::CompileOptions& base = {},
-                           std::string* summary = nullptr) {
-  const engine::Graph graph = engine::plan_graph(model);
-  auto backend = engine::BackendRegistry::instance().create(backend_name);
-  engine::CompileOptions options = base;
-  options.max_batch = max_batch;
-  auto exe = backend->compile(graph, options);
-  if (summary) *summary = exe->plan_summary();
-  const size_t per_image = size_t(images.channels * images.height * images.width);
-  std::vector<std::vector<float>> outputs(graph.outputs.size());
-  for (size_t i = 0; i < outputs.size(); ++i)
-    outputs[i].assign(size_t(graph.output_elements(i)) * size_t(max_batch), std::nanf(""));
-  std::vector<float*> pointers;
-  for (auto& o : outputs) pointers.push_back(o.data());
-  const size_t out0 = size_t(graph.output_elements(0));
-  std::vector<float> result(out0 * size_t(images.count));
-  for (int64_t start = 0; start < images.count; start += max_batch) {
-    const int n = int(std::min<int64_t>(max_batch, images.count - start));
-    exe->run(images.pixels.data() + size_t(start) * per_image, n, pointers);
-    std::copy(outputs[0].begin(), outputs[0].begin() + ptrdiff_t(out0 * size_t(n)), result.begin() + ptrdiff_t(out0 * size_t(start)));
-  }
-  return result;
-}
-
-struct Agreement {
-  double max_abs = 0;
-  size_t nan = 0, argmax_same = 0, samples = 0;
-};
-
-Agreement agreement(const std::vector<float>& got, const std::vector<float>& ref, size_t classes) {
-  Agreement a;
-  a.samples = ref.size() / classes;
-  for (size_t s = 0; s < a.samples; ++s) {
-    const float* g = got.data() + s * classes;
-    const float* r = ref.data() + s * classes;
-    for (size_t k = 0; k < classes; ++k) {
-      if (std::isnan(g[k])) ++a.nan;
-      else a.max_abs = std::max(a.max_abs, std::fabs(double(g[k]) - double(r[k])));
-    }
-    if (std::max_element(g, g + classes) == g + (std::max_element(r, r + classes) - r)) ++a.argmax_same;
-  }
-  return a;
-}
+using gpu_test::agreement;
+using gpu_test::mnist_images;
+using gpu_test::mnist_images_path;
+using gpu_test::run_all;
 
 void check_model_on_mnist(const std::shared_ptr<formats::Model>& model, bool require_same_class) {
-  const auto images = mnist_images();
+  const auto& images = mnist_images();
   if (images.count == 0) GTEST_SKIP() << mnist_images_path() << " not found";
   const size_t classes = size_t(engine::plan_graph(model).output_elements(0));
   const int max_batch = 1024;  // 10000 images: 9 full batches and a partial one of 784
@@ -160,10 +86,8 @@ std::shared_ptr<formats::Model> lenet5_or_like() {
 // same model, give the same bits.
 TEST(CudnnDeterminism, RunsAreBitwiseIdentical) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
-  auto images = mnist_images();
+  const auto images = gpu_test::first_images(mnist_images(), 2000);
   if (images.count == 0) GTEST_SKIP() << mnist_images_path() << " not found";
-  images.count = std::min<int64_t>(images.count, 2000);
-  images.pixels.resize(size_t(images.count) * 784);
   const auto model = lenet5_or_like();
   const engine::Graph graph = engine::plan_graph(model);
   auto backend = engine::BackendRegistry::instance().create("cudnn");
@@ -191,7 +115,7 @@ TEST(CudnnDeterminism, RunsAreBitwiseIdentical) {
 
 TEST(CudnnTf32, StaysWithinDocumentedBound) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
-  const auto images = mnist_images();
+  const auto& images = mnist_images();
   if (images.count == 0) GTEST_SKIP() << mnist_images_path() << " not found";
   auto model = testing_support::lenet5_model();
   const bool real = model != nullptr;
@@ -225,7 +149,7 @@ TEST(CudnnPlan, SummaryNamesAlgorithmsAndWorkspace) {
   const std::string summary = exe->plan_summary();
   EXPECT_NE(summary.find("node 'c1' (conv2d): CUDNN_CONVOLUTION_FWD_ALGO_"), std::string::npos) << summary;
   EXPECT_NE(summary.find("node 'c3' (conv2d): CUDNN_CONVOLUTION_FWD_ALGO_"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("relu 'r3' fused"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("relu 'a3' fused"), std::string::npos) << summary;
   EXPECT_NE(summary.find("deterministic"), std::string::npos) << summary;
   EXPECT_NE(summary.find("FMA math"), std::string::npos) << summary;
   EXPECT_NE(summary.find("workspace"), std::string::npos) << summary;
