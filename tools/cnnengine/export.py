@@ -405,7 +405,8 @@ def export_checked(out_path: str | os.PathLike, graph: dict, tensors: dict[str, 
                    *, tolerance: float = DEFAULT_TOLERANCE, use_engine: bool = True,
                    producer: str = "tools/export", log=print) -> tuple[Model, CheckReport]:
     """Writes the model into a scratch folder, checks it there, and only when the check passes
-    writes it to `out_path` (so a failed export leaves any earlier model in place)."""
+    writes it to `out_path` (so a failed export leaves any earlier model in place). A source runner
+    with a `label` attribute (import_common.labeled) is named by it in the report instead of PyTorch."""
     out_path = pathlib.Path(out_path)
     graph = dict(graph)
     graph["weights"] = {"file": out_path.with_suffix(".safetensors").name, "sha256": "0" * 64}
@@ -416,6 +417,10 @@ def export_checked(out_path: str | os.PathLike, graph: dict, tensors: dict[str, 
         except ModelFormatError as e:
             raise ExportError(f"the exported graph is not valid format v1: {e}") from None
         report = check(scratch, batch_for(graph), source, tolerance=tolerance, use_engine=use_engine)
+        label = getattr(source, "label", None)
+        if label:
+            for c in report.comparisons:
+                c.name = c.name.replace("(PyTorch)", f"({label})")
         log(report.text())
         if not report.ok:
             raise ExportError(f"numerical check failed; {out_path} was not written")

@@ -10,12 +10,10 @@ from __future__ import annotations
 import math
 import pathlib
 import re
-import tempfile
 
 import numpy as np
 
 from . import datasets, export
-from .model_format import ModelFormatError, write_model
 
 
 class ImportFailure(export.ExportError):
@@ -193,27 +191,31 @@ def user_preprocess(spec: dict, pad: list[int], batch: np.ndarray) -> np.ndarray
 
 def export_checked(out_path, graph, tensors, source, batch_for, *, tolerance=export.DEFAULT_TOLERANCE,
                    use_engine=True, producer="tools/export", log=print):
-    """export.export_checked, with the comparisons naming the source as `source.label` says
-    (e.g. "Keras NumPy reference") instead of PyTorch. Writes nothing unless the check passes."""
-    label = getattr(source, "label", None)
-    out_path = pathlib.Path(out_path)
-    graph = dict(graph)
-    graph["weights"] = {"file": out_path.with_suffix(".safetensors").name, "sha256": "0" * 64}
-    with tempfile.TemporaryDirectory() as tmp:
-        scratch = pathlib.Path(tmp) / out_path.name
-        try:
-            write_model(scratch, graph, tensors, producer=producer)
-        except ModelFormatError as e:
-            raise ImportFailure(f"the imported graph is not valid format v1: {e}") from None
-        report = export.check(scratch, batch_for(graph), source, tolerance=tolerance, use_engine=use_engine)
-        if label:
-            for c in report.comparisons:
-                c.name = c.name.replace("(PyTorch)", f"({label})")
-        log(report.text())
-        if not report.ok:
-            raise ImportFailure(f"numerical check failed; {out_path} was not written")
-    model = write_model(out_path, graph, tensors, producer=producer)
-    return model, report
+    """export.export_checked (the report names the source by `source.label`), raising ImportFailure.
+    Writes nothing unless the check passes."""
+    try:
+        return export.export_checked(out_path, graph, tensors, source, batch_for, tolerance=tolerance,
+                                     use_engine=use_engine, producer=producer, log=log)
+    except ImportFailure:
+        raise
+    except export.ExportError as e:
+        raise ImportFailure(str(e).replace("exported graph", "imported graph")) from None
+
+
+def append_node(nodes: list, tensors: dict, name: str, op: str, inputs: list[str], attrs=None, params=None) -> dict:
+    """Appends a format v1 node; its parameters (role -> array, None skipped) become float32 tensors
+    named NODE.ROLE."""
+    node = {"name": name, "op": op, "inputs": list(inputs)}
+    if attrs:
+        node["attrs"] = attrs
+    if params:
+        node["tensors"] = {}
+        for role, arr in params.items():
+            if arr is not None:
+                node["tensors"][role] = f"{name}.{role}"
+                tensors[f"{name}.{role}"] = np.ascontiguousarray(arr, np.float32)
+    nodes.append(node)
+    return node
 
 
 def labeled(fn, label: str):

@@ -257,16 +257,7 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
     def add(lname, op, attrs=None, params=None, fallback=None):
         nonlocal cur
         nname = ic.node_name(lname, fallback or op, taken)
-        node = {"name": nname, "op": op, "inputs": [cur]}
-        if attrs:
-            node["attrs"] = attrs
-        if params:
-            node["tensors"] = {}
-            for role, arr in params.items():
-                if arr is not None:
-                    node["tensors"][role] = f"{nname}.{role}"
-                    tensors[f"{nname}.{role}"] = np.ascontiguousarray(arr, np.float32)
-        nodes.append(node)
+        ic.append_node(nodes, tensors, nname, op, [cur], attrs, params)
         cur = nname
         return nname
 

@@ -109,17 +109,7 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
 
     def emit(onnx_node, op, x: _Data, attrs=None, params=None, extra_inputs=()):
         nname = ic.node_name(onnx_node.name or onnx_node.output[0], op, taken)
-        node = {"name": nname, "op": op, "inputs": [x.value, *extra_inputs]}
-        if attrs:
-            node["attrs"] = attrs
-        if params:
-            node["tensors"] = {}
-            for role, arr in params.items():
-                if arr is not None:
-                    node["tensors"][role] = f"{nname}.{role}"
-                    tensors[f"{nname}.{role}"] = np.ascontiguousarray(arr, np.float32)
-        nodes.append(node)
-        return node
+        return ic.append_node(nodes, tensors, nname, op, [x.value, *extra_inputs], attrs, params)
 
     for idx, n in enumerate(g.node):
         op = n.op_type
