@@ -20,6 +20,7 @@ struct ModelBenchOptions {
   std::vector<double> percentiles{90, 99};
   bool cuda_graph = false;         // also measure GPU backends replaying CUDA graphs
   bool no_data_transfers = false;  // compute-only scope only
+  bool no_fuse = false;            // per-node kernels even where a backend would fuse
   bool profile = false;            // per-layer table from a separate run
   int profile_batch = 0;           // 0: the largest batch whose latency was <= 50 ms
   int max_cpu_batch = 4096;        // larger batches are skipped on the cpu backend (time)

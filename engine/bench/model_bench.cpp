@@ -354,12 +354,18 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
     try {
       CompileOptions copts;
       copts.max_batch = n;
+      copts.fuse = !o_.no_fuse;
       exe = backend.compile(*graph_, copts);
     } catch (const std::exception& e) {
       skipped_.push_back(Skip{name, n, fmt::format("compile failed: {}", e.what())});
       notes_.push_back(fmt::format("{}: batch {} skipped: compile failed: {}", name, n, e.what()));
       spdlog::warn("{}: batch {}: compile failed: {}", name, n, e.what());
       continue;
+    }
+    if (const std::string path = exe->execution_path(); !path.empty()) {
+      const std::string note = fmt::format("{}: {}", name, path);
+      if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+      spdlog::info("{}: batch {}: {}", name, n, path);
     }
     if (!exe->staged()) {
       skipped_.push_back(Skip{name, n, "the backend does not implement staged execution"});
@@ -477,6 +483,7 @@ void ModelBench::profile(Backend& backend, const std::string& name, int n) {
 
   CompileOptions copts;
   copts.max_batch = n;
+  copts.fuse = !o_.no_fuse;
   std::vector<double> cumulative(model.nodes.size(), 0.0);
   double previous = 0;
   for (size_t k = 0; k < model.nodes.size(); ++k) {

@@ -23,6 +23,7 @@ struct RunOptions {
   bool json = false;
   std::string precision = "fp32";
   bool nondeterministic = false;
+  bool no_fuse = false;      // per-node kernels even where a backend would fuse
 };
 
 struct InfoOptions {

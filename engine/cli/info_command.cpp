@@ -8,6 +8,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/cli/text_table.hpp"
 #include "engine/core/graph.hpp"
+#include "engine/core/registry.hpp"
 #include "formats/model_loader.hpp"
 
 namespace engine::cli {
@@ -99,6 +100,25 @@ int info_command(const InfoOptions& o) {
              group_thousands(graph.arena_floats_per_sample), double(graph.arena_floats_per_sample) * 4 / 1024);
 
   fmt::print("\nbackends built here\n{}", render_backend_table(backend_statuses(), "  "));
+  // How each usable backend would run this model (compiled for one image: the path does not depend
+  // on the batch).
+  bool header = false;
+  for (const auto& s : backend_statuses()) {
+    if (!s.available) continue;
+    std::string path;
+    try {
+      CompileOptions copts;
+      copts.max_batch = 1;
+      auto exe = BackendRegistry::instance().create(s.name)->compile(graph, copts);
+      path = exe->execution_path();
+      if (path.empty()) path = "per-node";
+    } catch (const std::exception& e) {
+      path = std::string("cannot compile: ") + e.what();
+    }
+    if (!header) fmt::print("\nexecution path here\n");
+    header = true;
+    fmt::print("  {:<9}{}\n", s.name, path);
+  }
   return 0;
 }
 

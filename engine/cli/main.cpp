@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run_cmd->add_flag("--nondeterministic", run.nondeterministic,
                     "Allow backends algorithms whose results vary in the last bits from run to run");
+  run_cmd->add_flag("--no-fuse", run.no_fuse,
+                    "Run every node with its own kernel (the custom backend otherwise fuses chains)");
 
   engine::cli::InfoOptions info;
   auto* info_cmd = app.add_subcommand("info", "Show a model's layers, parameters, input and the backends here");

@@ -79,14 +79,17 @@ int run_command(const RunOptions& o) {
   copts.max_batch = int(std::min<int64_t>(o.batch, count));
   copts.deterministic = !o.nondeterministic;
   copts.precision = o.precision == "tf32" ? Precision::TF32 : Precision::FP32;
+  copts.fuse = !o.no_fuse;
   auto exe = backend->compile(graph, copts);
   const double plan_seconds = seconds_since(plan_start);
   spdlog::info("planned for batch {} in {:.3f} s", copts.max_batch, plan_seconds);
+  if (const std::string path = exe->execution_path(); !path.empty()) spdlog::info("{}: {}", backend->name(), path);
   if (const std::string summary = exe->plan_summary(); !summary.empty()) spdlog::debug("plan: {}", summary);
 
   RunResult r;
   r.backend = backend->name();
   r.device = backend->description();
+  r.path = exe->execution_path();
   r.model_name = model->name;
   r.model_path = o.model;
   r.data_path = images.source;
@@ -122,12 +125,29 @@ int run_command(const RunOptions& o) {
   RunTimings device{};
   bool have_device_timings = false;
 
+  // GPU backends replay each batch size's forward pass as a CUDA graph (one launch instead of one
+  // per kernel); a backend that cannot, or a capture that fails, runs plain launches.
+  bool graph_replay = !exe->use_graph_replay(true).has_value();
+  if (graph_replay) spdlog::debug("forward passes replayed as CUDA graphs");
+
   const auto run_start = Clock::now();
   for (int64_t start = 0; start < count; start += copts.max_batch) {
     const int n = int(std::min<int64_t>(copts.max_batch, count - start));
     float* first = r.first_output.data() + start * K;
     pointers[0] = first;
-    exe->run(images.pixels.data() + size_t(start) * sample_bytes, n, pointers);
+    const uint8_t* batch_pixels = images.pixels.data() + size_t(start) * sample_bytes;
+    if (graph_replay) {
+      try {
+        exe->run(batch_pixels, n, pointers);
+      } catch (const std::exception& e) {
+        spdlog::warn("CUDA graph replay failed ({}); running plain launches", e.what());
+        exe->use_graph_replay(false);
+        graph_replay = false;
+        exe->run(batch_pixels, n, pointers);
+      }
+    } else {
+      exe->run(batch_pixels, n, pointers);
+    }
     for (int s = 0; s < n; ++s) {
       const float* row = first + int64_t(s) * K;
       r.predicted[size_t(start + s)] = int(std::max_element(row, row + K) - row);

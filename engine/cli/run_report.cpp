@@ -101,6 +101,7 @@ std::string run_report_json(const RunResult& r) {
       matrix.push_back(std::vector<int64_t>(r.confusion.begin() + t * r.classes, r.confusion.begin() + (t + 1) * r.classes));
     j["confusion"] = matrix;
   }
+  if (!r.path.empty()) j["path"] = r.path;
   j["seconds"] = r.seconds;
   j["images_per_second"] = double(r.images) / std::max(r.seconds, 1e-9);
   j["plan_seconds"] = r.plan_seconds;

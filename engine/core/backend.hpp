@@ -21,6 +21,9 @@ struct CompileOptions {
   int max_batch = 256;        // largest n a run() may be given
   bool deterministic = true;  // bitwise-reproducible results (no atomics, deterministic algorithms)
   Precision precision = Precision::FP32;
+  // Backends may run several nodes as one kernel (the custom backend's fused path). false asks for
+  // the per-node kernels, for comparisons and tests (`--no-fuse`).
+  bool fuse = true;
 };
 
 // Per-run timing a backend may report (GPU backends fill it from CUDA events).
@@ -62,6 +65,9 @@ class Executable {
   virtual std::optional<RunTimings> last_timings() const { return std::nullopt; }
   // One line per decision made at compile time (algorithms, workspace), for `engine info`/logs.
   virtual std::string plan_summary() const { return {}; }
+  // One line: which execution path runs (e.g. "fused (conv chain + dense chain kernels)" or
+  // "per-node kernels (not fused: node 'a' (add) ...)"), for `engine run`, `info` and `bench`.
+  virtual std::string execution_path() const { return {}; }
 
   // Staged execution, for benchmarks that time scopes apart (engine bench): run() is stage_input,
   // compute, fetch_outputs, synchronize, then a copy out of staged_output(). On a GPU each call only

@@ -61,6 +61,108 @@ int64_t assign_offsets(const std::vector<Lifetime>& lifetimes, std::vector<int64
 
 }  // namespace
 
+int step_of(const Graph& g, int node) {
+  if (g.group_of.empty() || g.group_of[size_t(node)] < 0) return node;
+  return g.groups[size_t(g.group_of[size_t(node)])].nodes.front();
+}
+
+namespace {
+
+// Storage lifetimes by step of the (possibly fused) schedule, then first-fit offsets. An alias
+// extends its source's lifetime to its own last reader; a value nobody reads is still written by
+// its producer, so it lives for that one step. Values not materialised get no block.
+void lay_out_arena(Graph& g) {
+  const int node_count = int(g.nodes.size());
+  std::vector<int> storage_index(g.values.size(), -1);
+  std::vector<Lifetime> lifetimes;
+  auto last_step = [&](const Value& v) {
+    int last = -1;
+    for (int c : v.consumers) last = std::max(last, step_of(g, c));
+    if (v.is_output) last = node_count;
+    return last;
+  };
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    const Value& v = g.values[id];
+    if (v.alias_of >= 0 || !v.materialized) continue;
+    storage_index[id] = int(lifetimes.size());
+    const int first = v.producer < 0 ? -1 : step_of(g, v.producer);
+    lifetimes.push_back(Lifetime{int(id), first, std::max(first, last_step(v)), align_up(v.elements)});
+  }
+  for (const Value& v : g.values) {
+    if (v.alias_of < 0 || storage_index[size_t(v.alias_of)] < 0) continue;
+    Lifetime& root = lifetimes[size_t(storage_index[size_t(v.alias_of)])];
+    root.last = std::max(root.last, last_step(v));
+  }
+  std::vector<int64_t> offsets;
+  g.arena_floats_per_sample = assign_offsets(lifetimes, offsets);
+  if (g.arena_floats_per_sample > kMaxArenaFloatsPerSample)
+    throw std::invalid_argument(fmt::format(
+        "model '{}': its activations need {} floats ({:.1f} MiB) per sample, more than the engine's limit of "
+        "{} MiB per sample",
+        g.model->name, g.arena_floats_per_sample, double(g.arena_floats_per_sample) * 4 / (1 << 20),
+        kMaxArenaFloatsPerSample * 4 / (1 << 20)));
+  for (Value& v : g.values) v.arena_offset = 0;  // values not materialised: never read or written
+  for (size_t i = 0; i < lifetimes.size(); ++i) g.values[size_t(lifetimes[i].value)].arena_offset = offsets[i];
+  for (Value& v : g.values)
+    if (v.alias_of >= 0) v.arena_offset = g.values[size_t(v.alias_of)].arena_offset;
+}
+
+}  // namespace
+
+Graph fuse_groups(const Graph& graph, std::vector<FusionGroup> groups) {
+  Graph g = graph;
+  const int node_count = int(g.nodes.size());
+  g.groups.clear();
+  g.group_of.assign(size_t(node_count), -1);
+  for (FusionGroup& group : groups) {
+    if (group.nodes.empty()) continue;
+    std::sort(group.nodes.begin(), group.nodes.end());
+    const int index = int(g.groups.size());
+    for (int n : group.nodes) {
+      if (n < 0 || n >= node_count)
+        throw std::invalid_argument(fmt::format("fusion group '{}': node index {} out of range", group.kind, n));
+      if (g.group_of[size_t(n)] >= 0)
+        throw std::invalid_argument(fmt::format("fusion group '{}': node '{}' is already in group '{}'", group.kind,
+                                                g.nodes[size_t(n)].node->name,
+                                                g.groups[size_t(g.group_of[size_t(n)])].kind));
+      g.group_of[size_t(n)] = index;
+    }
+    g.groups.push_back(std::move(group));
+  }
+  // Running a group at its first node is valid only if each member reads values made before that
+  // step or inside the group.
+  for (const FusionGroup& group : g.groups) {
+    const int start = group.nodes.front();
+    for (int n : group.nodes)
+      for (int in : g.nodes[size_t(n)].inputs) {
+        const int producer = g.values[size_t(in)].producer;
+        if (producer >= start && g.group_of[size_t(producer)] != g.group_of[size_t(n)])
+          throw std::invalid_argument(fmt::format(
+              "fusion group '{}': node '{}' reads '{}', made by node '{}' outside the group after the group starts",
+              group.kind, g.nodes[size_t(n)].node->name, g.values[size_t(in)].name,
+              g.nodes[size_t(producer)].node->name));
+      }
+  }
+  // A storage root is materialised unless it is made in a group and every reader of it and of its
+  // aliases is in that same group, and none of them is a graph output.
+  std::vector<bool> needed(g.values.size(), false);
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    const Value& v = g.values[id];
+    const size_t root = v.alias_of >= 0 ? size_t(v.alias_of) : id;
+    const Value& r = g.values[root];
+    const int home = r.producer < 0 ? -1 : g.group_of[size_t(r.producer)];
+    bool inside = home >= 0 && !v.is_output;
+    for (int c : v.consumers) inside = inside && g.group_of[size_t(c)] == home;
+    if (!inside) needed[root] = true;
+  }
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    const size_t root = g.values[id].alias_of >= 0 ? size_t(g.values[id].alias_of) : id;
+    g.values[id].materialized = needed[root];
+  }
+  lay_out_arena(g);
+  return g;
+}
+
 Graph plan_graph(std::shared_ptr<const formats::Model> model) {
   if (!model) throw std::invalid_argument("plan_graph: no model");
   Graph g;
@@ -117,23 +219,6 @@ Graph plan_graph(std::shared_ptr<const formats::Model> model) {
     g.outputs.push_back(id);
   }
 
-  // Storage lifetimes: an alias extends its source's lifetime to its own last reader.
-  std::vector<int> storage_index(g.values.size(), -1);
-  std::vector<Lifetime> lifetimes;
-  for (size_t id = 0; id < g.values.size(); ++id) {
-    const Value& v = g.values[id];
-    if (v.alias_of >= 0) continue;
-    storage_index[id] = int(lifetimes.size());
-    // A value nobody reads is still written by its producer: it lives for that one step.
-    const int first = v.producer;
-    lifetimes.push_back(Lifetime{int(id), first, std::max(first, v.last_use), align_up(v.elements)});
-  }
-  for (const Value& v : g.values) {
-    if (v.alias_of < 0) continue;
-    Lifetime& root = lifetimes[storage_index[v.alias_of]];
-    root.last = std::max(root.last, v.last_use);
-  }
-
   // Work per sample as the reference loops do it (one multiply-add per window or input element
   // per output element), overflow-checked, against the limit.
   int64_t work = 0;
@@ -170,17 +255,7 @@ Graph plan_graph(std::shared_ptr<const formats::Model> model) {
           kMaxMultiplyAddsPerSample));
   }
 
-  std::vector<int64_t> offsets;
-  g.arena_floats_per_sample = assign_offsets(lifetimes, offsets);
-  if (g.arena_floats_per_sample > kMaxArenaFloatsPerSample)
-    throw std::invalid_argument(fmt::format(
-        "model '{}': its activations need {} floats ({:.1f} MiB) per sample, more than the engine's limit of "
-        "{} MiB per sample",
-        model->name, g.arena_floats_per_sample, double(g.arena_floats_per_sample) * 4 / (1 << 20),
-        kMaxArenaFloatsPerSample * 4 / (1 << 20)));
-  for (size_t i = 0; i < lifetimes.size(); ++i) g.values[lifetimes[i].value].arena_offset = offsets[i];
-  for (Value& v : g.values)
-    if (v.alias_of >= 0) v.arena_offset = g.values[v.alias_of].arena_offset;
+  lay_out_arena(g);
   return g;
 }
 

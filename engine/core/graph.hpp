@@ -27,12 +27,23 @@ struct Value {
   // Aliases (flatten) share their source's offset.
   int64_t arena_offset = 0;
   int alias_of = -1;         // value id whose storage this one reinterprets, or -1
+  // False for a value that lives only inside a fusion group's kernel (fuse_groups): it has no
+  // arena block, and nothing outside the group may read it.
+  bool materialized = true;
 };
 
 struct PlannedNode {
   const formats::Node* node = nullptr;  // points into Graph::model
   std::vector<int> inputs;              // value ids
   int output = -1;                      // value id
+};
+
+// Nodes a backend runs as one step (one kernel, or a few launched back to back): an activation in
+// a conv2d epilogue, a whole conv chain. Decided by the planner from the backend's rules
+// (fuse_groups); the arena is laid out once for the fused schedule.
+struct FusionGroup {
+  std::vector<int> nodes;  // node indices, ascending; the group runs at the step of nodes.front()
+  std::string kind;        // the backend's name for what runs it, e.g. "conv2d+tanh"
 };
 
 struct Graph {
@@ -42,6 +53,8 @@ struct Graph {
   int input = -1;                  // value id of the (preprocessed) graph input
   std::vector<int> outputs;        // value ids, in the model's output order
   int64_t arena_floats_per_sample = 0;
+  std::vector<FusionGroup> groups;  // empty: every node runs alone
+  std::vector<int> group_of;        // per node: index into groups, or -1 (empty when no groups)
 
   const Value& value(int id) const { return values.at(id); }
   int64_t output_elements(size_t i) const { return values.at(outputs.at(i)).elements; }
@@ -50,6 +63,17 @@ struct Graph {
 // Builds the plan: values, consumers, liveness, arena offsets (greedy first-fit by lifetime; a
 // value's block is never reused while a later node may still read it).
 Graph plan_graph(std::shared_ptr<const formats::Model> model);
+
+// The plan with `groups` fused: each group runs as one step at its first node; a value produced in a
+// group and read only inside it (through any alias), and not a graph output, is not materialised;
+// the arena is laid out again by first-fit over the fused schedule's lifetimes, so every block a
+// group writes is free while any of the group's nodes runs. Throws std::invalid_argument for an
+// invalid group (overlapping groups, a node reading a value produced after the group's start by a
+// node outside it).
+Graph fuse_groups(const Graph& graph, std::vector<FusionGroup> groups);
+
+// The node index at which node i runs in the fused schedule (its group's first node, or i).
+int step_of(const Graph& graph, int node);
 
 // Plan-time resource limits (formats/README.md, "Resource limits"). A model that follows the format
 // (which allows per-sample values of up to 2^31 - 1 elements) can still ask for absurd memory or

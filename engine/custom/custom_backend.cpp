@@ -2,18 +2,16 @@
 // configurations) and forward(). Kernels and their launchers live in the .cu files beside it, one
 // per op family; this file is plain C++ (fmt is fine here, not in .cu files).
 //
-// Fusion rule: an activation node (relu/tanh/sigmoid) is folded into the epilogue of the conv2d or
-// dense node that produces its input when that value is the activation's only reader (one
-// consumer) and not a graph output. The fused kernel writes act(result) into the activation's own
-// arena slot, so every later node reads what it would have read unfused; the producer's value is
-// never materialised. Any other case runs each node alone (the unfused path).
+// Two paths. The fused path (fused/: one conv-chain and one dense-chain kernel, fp32) runs every
+// graph that qualifies (fused/fused_plan.hpp states the rule and the limits). Any other graph, or
+// any graph with CompileOptions::fuse off, runs the per-node kernels below, which accumulate in
+// double in the CPU reference's order.
 //
-// Writing the activation's value at the producer's step (earlier than the core planner assumed)
-// needs its own arena layout: the core planner may give the activation's block to a value that
-// dies before the activation runs (typically the producer's input). So the backend re-runs the
-// same first-fit layout on its copy of the graph with each fused activation's lifetime starting at
-// its producer's step (and the producer's value dropped): no block then overlaps one that is live
-// while the fused kernel runs.
+// Per-node fusion rule: an activation node (relu/tanh/sigmoid) is folded into the epilogue of the
+// conv2d or dense node that produces its input when that value is the activation's only reader
+// (one consumer) and not a graph output. The core planner (engine::fuse_groups) lays the arena out
+// for it: the pair runs at the producer's step, the producer's value is never materialised, and the
+// fused kernel writes act(result) into the activation's own block.
 #include "engine/custom/custom_backend.hpp"
 
 #include <fmt/format.h>
@@ -29,6 +27,8 @@
 #include "engine/custom/conv2d.hpp"
 #include "engine/custom/dense.hpp"
 #include "engine/custom/elementwise.hpp"
+#include "engine/custom/fused/fused_executable.hpp"
+#include "engine/custom/fused/fused_plan.hpp"
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
 #include "engine/gpu/device.hpp"
@@ -76,6 +76,17 @@ DeviceLimits read_device_limits() {
   return limits;
 }
 
+fused::DeviceShape read_device_shape() {
+  fused::DeviceShape shape;
+  int device = 0, sms = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  shape.multiprocessors = sms > 0 ? sms : 1;
+  shape.shared_optin_bytes = optin > 0 ? optin : 48 * 1024;
+  return shape;
+}
+
 std::string device_description() {
   try {
     return gpu::describe(gpu::current_device());
@@ -86,95 +97,35 @@ std::string device_description() {
 
 int as_int(int64_t v) { return int(v); }  // per-sample sizes are < 2^31 (model-format-v1.md)
 
-// Which activation node is folded into which producer, and the graph with the arena laid out for
-// it (see the comment at the top of this file).
+// Which activation node is folded into which producer, as fusion groups for the core planner.
 struct FusionPlan {
-  Graph graph;
+  Graph graph;                  // fused: groups set, arena laid out for them
   std::vector<int> fused_into;  // per node: index of the activation folded into it, or -1
   std::vector<bool> absorbed;   // per node: an activation run by its producer's kernel
   int dropped_values = 0;       // producer values never materialised
-  int64_t core_arena_floats = 0;  // the core planner's arena size, for the summary
+  int64_t core_arena_floats = 0;  // the unfused plan's arena size, for the summary
 };
 
-constexpr int64_t kArenaAlignFloats = 32;  // as the core planner: 128-byte aligned blocks for any B
-
-// The core planner's first-fit layout (engine/core/graph.cpp) over the backend's own lifetimes.
-// A block is placed at the lowest offset that overlaps no earlier-placed block whose lifetime
-// [first, last] intersects its own (touching lifetimes conflict: a node reads its inputs while it
-// writes its output).
-void relayout_arena(Graph& g, const std::vector<int>& first, const std::vector<int>& last,
-                    const std::vector<bool>& dropped) {
-  struct Block {
-    int value, first, last;
-    int64_t size;
-  };
-  std::vector<Block> blocks;
-  for (size_t id = 0; id < g.values.size(); ++id) {
-    if (g.values[id].alias_of >= 0 || dropped[id]) continue;
-    const int64_t size = (g.values[id].elements + kArenaAlignFloats - 1) / kArenaAlignFloats * kArenaAlignFloats;
-    blocks.push_back(Block{int(id), first[id], last[id], size});
-  }
-  std::vector<int64_t> offsets(blocks.size(), 0);
-  int64_t arena = 0;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (size_t j = 0; j < i; ++j)
-      if (blocks[j].first <= blocks[i].last && blocks[i].first <= blocks[j].last)
-        busy.emplace_back(offsets[j], offsets[j] + blocks[j].size);
-    std::sort(busy.begin(), busy.end());
-    int64_t candidate = 0;
-    for (const auto& [begin, end] : busy) {
-      if (candidate + blocks[i].size <= begin) break;
-      candidate = std::max(candidate, end);
-    }
-    offsets[i] = candidate;
-    arena = std::max(arena, candidate + blocks[i].size);
-  }
-  for (Value& v : g.values) v.arena_offset = 0;  // dropped values: never read or written
-  for (size_t i = 0; i < blocks.size(); ++i) g.values[blocks[i].value].arena_offset = offsets[i];
-  for (Value& v : g.values)
-    if (v.alias_of >= 0) v.arena_offset = g.values[v.alias_of].arena_offset;
-  g.arena_floats_per_sample = arena;
-}
-
 FusionPlan plan_fusion(const Graph& graph) {
-  FusionPlan plan{graph, std::vector<int>(graph.nodes.size(), -1), std::vector<bool>(graph.nodes.size(), false), 0,
-                  graph.arena_floats_per_sample};
-  Graph& g = plan.graph;
-  const int count = int(g.nodes.size());
+  const int count = int(graph.nodes.size());
+  std::vector<int> fused_into(size_t(count), -1);
+  std::vector<bool> absorbed(size_t(count), false);
+  std::vector<FusionGroup> groups;
   for (int i = 0; i < count; ++i) {
-    const OpType op = g.nodes[i].node->op;
+    const OpType op = graph.nodes[size_t(i)].node->op;
     if (op != OpType::Conv2D && op != OpType::Dense) continue;
-    const Value& produced = g.value(g.nodes[i].output);
+    const Value& produced = graph.value(graph.nodes[size_t(i)].output);
     if (produced.is_output || produced.consumers.size() != 1) continue;
     const int j = produced.consumers[0];
-    if (j <= i || !activation_of(g.nodes[j].node->op)) continue;
-    plan.fused_into[i] = j;
-    plan.absorbed[j] = true;
+    const auto act = activation_of(graph.nodes[size_t(j)].node->op);
+    if (j <= i || !act) continue;
+    fused_into[size_t(i)] = j;
+    absorbed[size_t(j)] = true;
+    groups.push_back(FusionGroup{{i, j}, fmt::format("{}+{}", formats::op_name(op), activation_name(*act))});
   }
-  if (std::find_if(plan.fused_into.begin(), plan.fused_into.end(), [](int j) { return j >= 0; }) ==
-      plan.fused_into.end())
-    return plan;  // nothing fused: the core planner's layout as it is
-
-  // Lifetimes as the core planner computes them, then: a fused activation's value is written at its
-  // producer's step; the producer's value is dropped.
-  const size_t nv = g.values.size();
-  std::vector<int> first(nv), last(nv);
-  std::vector<bool> dropped(nv, false);
-  for (size_t id = 0; id < nv; ++id) {
-    first[id] = g.values[id].producer;  // -1 for the graph input
-    last[id] = std::max(first[id], g.values[id].last_use);
-  }
-  for (const Value& v : g.values)
-    if (v.alias_of >= 0) last[v.alias_of] = std::max(last[v.alias_of], v.last_use);
-  for (int i = 0; i < count; ++i) {
-    if (plan.fused_into[i] < 0) continue;
-    dropped[g.nodes[i].output] = true;
-    ++plan.dropped_values;
-    first[g.nodes[plan.fused_into[i]].output] = i;
-  }
-  relayout_arena(g, first, last, dropped);
-  return plan;
+  const int dropped = int(groups.size());
+  return FusionPlan{groups.empty() ? graph : fuse_groups(graph, std::move(groups)), std::move(fused_into),
+                    std::move(absorbed), dropped, graph.arena_floats_per_sample};
 }
 
 struct ConvStep { Conv2dArgs args; Conv2dLaunch launch; };
@@ -194,31 +145,31 @@ struct Step {
 
 class CustomExecutable final : public gpu::GpuExecutable {
  public:
-  CustomExecutable(const Graph& graph, const CompileOptions& options)
-      : CustomExecutable(plan_fusion(graph), options) {}
+  CustomExecutable(const Graph& graph, const CompileOptions& options, std::string header, std::string not_fused)
+      : CustomExecutable(plan_fusion(graph), options, std::move(header), std::move(not_fused)) {}
 
   void forward(int n) override;
   std::string plan_summary() const override { return summary_; }
+  std::string execution_path() const override { return path_; }
 
  private:
-  explicit CustomExecutable(FusionPlan plan, const CompileOptions& options) : GpuExecutable(plan.graph, options) {
+  CustomExecutable(FusionPlan plan, const CompileOptions& options, std::string header, std::string not_fused)
+      : GpuExecutable(plan.graph, options), path_("per-node kernels (not fused: " + not_fused + ")") {
     const std::vector<int>& fused_into = plan.fused_into;
     const std::vector<bool>& absorbed = plan.absorbed;
     const DeviceLimits limits = read_device_limits();
     const auto& nodes = graph_.nodes;
     const int count = int(nodes.size());
     std::vector<std::string> lines;
-    lines.push_back(fmt::format(
-        "custom: hand-written CUDA kernels on {}; fp32 storage, double accumulation (the CPU reference's order); "
-        "deterministic by construction (no atomics){}",
-        device_description(),
-        options.precision == Precision::TF32 ? "; TF32 requested: these kernels have no TF32 path, fp32 used" : ""));
+    lines.push_back(std::move(header));
+    lines.push_back("path: " + path_);
+    lines.push_back("per-node kernels: fp32 storage, double accumulation (the CPU reference's order)");
     lines.push_back(fmt::format("arena: {} floats/sample x {} = {:.2f} MiB", graph_.arena_floats_per_sample,
                                 max_batch_, double(graph_.arena_floats_per_sample) * max_batch_ * 4 / (1 << 20)));
 
     if (plan.dropped_values > 0)
-      lines.push_back(fmt::format("fusion: {} activation(s) folded into conv2d/dense epilogues; arena re-laid out "
-                                  "for them ({} floats/sample, core plan {})",
+      lines.push_back(fmt::format("fusion: {} activation(s) folded into conv2d/dense epilogues; arena laid out "
+                                  "for them ({} floats/sample, unfused plan {})",
                                   plan.dropped_values, graph_.arena_floats_per_sample, plan.core_arena_floats));
 
     const ElementwiseLaunch elementwise = elementwise_plan(limits);
@@ -396,6 +347,7 @@ class CustomExecutable final : public gpu::GpuExecutable {
 
   std::vector<gpu::DeviceBuffer<float>> weights_;
   std::vector<Step> steps_;
+  std::string path_;
   std::string summary_;
 };
 
@@ -421,7 +373,21 @@ class CustomBackend final : public Backend {
   }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     check_supported(*this, graph);
-    return std::make_unique<CustomExecutable>(graph, options);
+    const fused::DeviceShape device = read_device_shape();
+    const std::string header = fmt::format(
+        "custom: hand-written CUDA kernels on {}; deterministic by construction (fixed summation order, no "
+        "atomics){}",
+        device_description(),
+        options.precision == Precision::TF32 ? "; TF32 requested: these kernels have no TF32 path, fp32 used" : "");
+    std::string not_fused = "turned off (--no-fuse)";
+    if (options.fuse) {
+      auto planned = fused::plan_fused(graph, device);
+      if (auto* plan = std::get_if<fused::FusedPlan>(&planned))
+        return fused::make_fused_executable(graph, std::move(*plan), options, device,
+                                            header + "; fused path: fp32 accumulation, accurate tanhf/expf");
+      not_fused = std::get<std::string>(planned);
+    }
+    return std::make_unique<CustomExecutable>(graph, options, header, not_fused);
   }
 };
 

@@ -1,5 +1,5 @@
-// The custom backend's fusion of an activation into the preceding conv2d/dense epilogue: the fused
-// paths against the CPU, the rules (what is fused, what is not, from plan_summary), and fused vs
+// The custom backend's per-node path (CompileOptions::fuse off) and its fusion of an activation
+// into the preceding conv2d/dense epilogue: the fused pairs against the CPU, the rules (what is fused, what is not, from plan_summary), and fused vs
 // unfused results being bitwise identical.
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@ using testing_support::ModelBuilder;
 using testing_support::window;
 
 std::string plan_of(const std::shared_ptr<formats::Model>& model, engine::Precision precision = engine::Precision::FP32) {
-  engine::CompileOptions options;
+  engine::CompileOptions options = custom_test::per_node_options();
   options.max_batch = 8;
   options.precision = precision;
   auto backend = engine::BackendRegistry::instance().create("custom");
@@ -119,15 +119,19 @@ TEST(CustomFusion, FusedAndUnfusedAreBitwiseEqual) {
   const int batch = 37;
   {
     const auto input = testing_support::random_floats(size_t(400) * batch, 1010, -3.0f, 3.0f);
-    const auto fused = testing_support::run_backend(dense_tanh(false), "custom", input.data(), batch, 64);
-    const auto unfused = testing_support::run_backend(dense_tanh(true), "custom", input.data(), batch, 64);
+    const auto fused = testing_support::run_backend(dense_tanh(false), "custom", input.data(), batch, 64,
+                                                           custom_test::per_node_options());
+    const auto unfused = testing_support::run_backend(dense_tanh(true), "custom", input.data(), batch, 64,
+                                                             custom_test::per_node_options());
     ASSERT_EQ(fused[0].size(), unfused[0].size());
     EXPECT_EQ(std::memcmp(fused[0].data(), unfused[0].data(), fused[0].size() * sizeof(float)), 0);
   }
   {
     const auto input = testing_support::random_floats(size_t(3 * 17 * 23) * batch, 1011);
-    const auto fused = testing_support::run_backend(conv_relu(false), "custom", input.data(), batch, 64);
-    const auto unfused = testing_support::run_backend(conv_relu(true), "custom", input.data(), batch, 64);
+    const auto fused = testing_support::run_backend(conv_relu(false), "custom", input.data(), batch, 64,
+                                                           custom_test::per_node_options());
+    const auto unfused = testing_support::run_backend(conv_relu(true), "custom", input.data(), batch, 64,
+                                                             custom_test::per_node_options());
     ASSERT_EQ(fused[0].size(), unfused[0].size());
     EXPECT_EQ(std::memcmp(fused[0].data(), unfused[0].data(), fused[0].size() * sizeof(float)), 0);
   }
@@ -144,7 +148,7 @@ TEST(CustomBackend, RegistryEntryAndTf32Option) {
   // TF32 asked: runs fp32 (same parity) and says so.
   auto model = dense_tanh(false);
   EXPECT_TRUE(contains(plan_of(model, engine::Precision::TF32), "TF32")) << plan_of(model, engine::Precision::TF32);
-  engine::CompileOptions tf32;
+  engine::CompileOptions tf32 = custom_test::per_node_options();
   tf32.precision = engine::Precision::TF32;
   const auto input = testing_support::random_floats(size_t(400) * 5, 1020);
   const auto c = testing_support::compare_with_cpu(model, "custom", input.data(), 5, 5, tf32);

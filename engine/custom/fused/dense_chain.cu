@@ -1,0 +1,143 @@
+// The fused dense chain: one persistent kernel runs every dense layer of a model (activations in
+// the epilogue, a final softmax) for a tile of TM images per block. The tile's activations stay in
+// shared memory ([TM][pitch], two buffers used in turn); weights are read as float4 rows of the
+// transposed, zero-padded matrix packed at plan time, through L1/L2.
+//
+// Version 1: each thread computes 4 images x 4 units (16 accumulators). Per 4 steps of k it reads 4
+// float4 of activations (the same addresses for the lanes of a warp: broadcasts) and 4 float4 of
+// weights (consecutive lanes, consecutive units: coalesced), and does 64 FMAs. Sums run in k order.
+#include "engine/custom/fused/device_act.cuh"
+#include "engine/custom/fused/fused_layers.hpp"
+#include "engine/gpu/cuda_check.hpp"
+
+namespace engine::custom::fused {
+namespace {
+
+__device__ void dense_layer(const DenseLayer& L, float* smem, int TM) {
+  const int unit_groups = L.units_padded / 4;
+  const int total = unit_groups * (TM / 4);
+  const int w_stride = L.units_padded / 4;  // float4s per k row
+  for (int item = threadIdx.x; item < total; item += blockDim.x) {
+    const int u4 = item % unit_groups;
+    const int t4 = item / unit_groups;
+    const float4 b = reinterpret_cast<const float4*>(L.bias)[u4];
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc[i][0] = b.x; acc[i][1] = b.y; acc[i][2] = b.z; acc[i][3] = b.w;
+    }
+    const float* a0 = smem + L.in_off + 4 * t4 * L.in_pitch;
+    const float4* w = reinterpret_cast<const float4*>(L.weight_t) + u4;
+    for (int k = 0; k < L.in_padded; k += 4) {
+      float4 a[4], wk[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + k);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wk[kk] = __ldg(w + (k + kk) * w_stride);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float av[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          acc[i][0] = fmaf(av[kk], wk[kk].x, acc[i][0]);
+          acc[i][1] = fmaf(av[kk], wk[kk].y, acc[i][1]);
+          acc[i][2] = fmaf(av[kk], wk[kk].z, acc[i][2]);
+          acc[i][3] = fmaf(av[kk], wk[kk].w, acc[i][3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = 4 * u4 + j < L.units ? apply_epilogue(acc[i][j], L.epilogue) : 0.0f;
+      *reinterpret_cast<float4*>(smem + L.out_off + (4 * t4 + i) * L.out_pitch + 4 * u4) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  // A fixed butterfly: every lane ends with the same sum, the same way every run.
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+
+__global__ void __launch_bounds__(kDenseThreads)
+    dense_chain_kernel(const __grid_constant__ DenseChainParams p, const float* __restrict__ x, float* __restrict__ y,
+                       int n) {
+  extern __shared__ __align__(16) float smem[];
+  const int TM = p.tile_images;
+  const int tiles = (n + TM - 1) / TM;
+  const DenseLayer& first_layer = p.layers[0];
+  const DenseLayer& last_layer = p.layers[p.layer_count - 1];
+  const int F = p.input_features, U = last_layer.units;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int first = tile * TM;
+    const int images = min(TM, n - first);
+    // Rows past n and columns past F are zeros (their weights are zero too).
+    const float* src = x + size_t(first) * F;
+    for (int i = threadIdx.x; i < TM * first_layer.in_padded; i += blockDim.x) {
+      const int t = i / first_layer.in_padded, k = i - t * first_layer.in_padded;
+      smem[first_layer.in_off + t * first_layer.in_pitch + k] = (t < images && k < F) ? apply_epilogue(src[size_t(t) * F + k], p.input_epilogue) : 0.0f;
+    }
+    __syncthreads();
+    for (int l = 0; l < p.layer_count; ++l) {
+      dense_layer(p.layers[l], smem, TM);
+      __syncthreads();
+    }
+    const float* out = smem + last_layer.out_off;
+    float* dst = y + size_t(first) * U;
+    if (p.softmax) {
+      // One warp per image: max, then the sum of exp(x - max) (each lane's terms in u order, then
+      // the butterfly), then each probability.
+      for (int t = warp; t < images; t += warps) {
+        const float* row = out + t * last_layer.out_pitch;
+        float m = -__int_as_float(0x7f800000);
+        for (int u = lane; u < U; u += 32) m = fmaxf(m, row[u]);
+        m = warp_max(m);
+        float s = 0.0f;
+        for (int u = lane; u < U; u += 32) s += expf(row[u] - m);
+        s = warp_sum(s);
+        for (int u = lane; u < U; u += 32) dst[size_t(t) * U + u] = expf(row[u] - m) / s;
+      }
+    } else {
+      for (int i = threadIdx.x; i < images * U; i += blockDim.x) {
+        const int t = i / U, u = i - t * U;
+        dst[i] = out[t * last_layer.out_pitch + u];
+      }
+    }
+    __syncthreads();  // the next tile overwrites the buffers
+  }
+}
+
+}  // namespace
+
+void dense_chain_prepare(int smem_bytes, const char* context) {
+  CUDA_CHECK_CTX(cudaFuncSetAttribute(dense_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+                 context);
+}
+
+int dense_chain_blocks_per_sm(int smem_bytes) {
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, dense_chain_kernel, kDenseThreads, smem_bytes));
+  return blocks;
+}
+
+void dense_chain_forward(const DenseChainParams& p, const float* x, float* y, int n, int blocks, cudaStream_t stream,
+                         const char* context) {
+  if (n <= 0) return;
+  const int tiles = (n + p.tile_images - 1) / p.tile_images;
+  const int grid = tiles < blocks ? tiles : blocks;
+  dense_chain_kernel<<<grid, kDenseThreads, size_t(p.smem_floats) * sizeof(float), stream>>>(p, x, y, n);
+  CUDA_CHECK_LAUNCH(context);
+}
+
+}  // namespace engine::custom::fused

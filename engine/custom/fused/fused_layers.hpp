@@ -1,0 +1,117 @@
+#pragma once
+// What the fused kernels are told about a model: plain structs passed by value as kernel
+// parameters (no pointers into host memory, no fmt: included from .cu files). Built once at compile
+// time by fused_plan.cpp; see that file for the rules that decide whether a graph qualifies.
+//
+// Two kernels run a whole chain (tiny-cuda-nn's "fully fused" idea, split where the weights stop
+// fitting on chip):
+//   conv chain:  the spatial part (conv2d / avgpool / maxpool, activations folded into the epilogue
+//                of whatever produced their input) for a tile of T images per block, every
+//                intermediate in shared memory, conv weights staged in shared memory once per block;
+//   dense chain: the dense part (dense + activation ..., softmax) for a tile of TM images per block,
+//                activations in shared memory, weights read through L1/L2 as float4 rows.
+// Both accumulate in fp32 in a fixed order (bias first, then input channel / kernel column / kernel
+// row, or k ascending): deterministic, independent of the tile an image lands in.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace engine::custom::fused {
+
+inline constexpr int kMaxSpatialLayers = 16;
+inline constexpr int kMaxDenseLayers = 16;
+inline constexpr int kMaxEpilogueActs = 3;  // activations applied one after another to a result
+inline constexpr int kConvThreads = 256;
+inline constexpr int kDenseThreads = 256;
+inline constexpr int kConvRowsPerThread = 4;  // YB: output rows a thread keeps in registers
+
+enum class Act : int { None = 0, Relu = 1, Tanh = 2, Sigmoid = 3 };
+
+struct Epilogue {
+  int count = 0;
+  Act acts[kMaxEpilogueActs] = {};
+};
+
+// One activation value of T images in shared memory: image t, channel c, interior row y, column x
+// lives at off + t * image + c * channel + (y + pad_top) * pitch + (x + pad_left). A buffer read
+// by a convolution with padding has zero borders of that padding; a buffer read by a tiled
+// convolution has slack rows at the bottom (read, never used) so its last row strip needs no bounds
+// check.
+struct SmemTensor {
+  int off = 0;
+  int image = 0, channel = 0, pitch = 0;
+  int pad_top = 0, pad_left = 0;
+  int channels = 0, height = 0, width = 0;  // interior
+  int zero_fill = 0;                        // the whole buffer is zeroed before it is written
+};
+
+// Conv variants: which template instance of the tiled convolution runs (kernel height KH in
+// registers, OCB output channels per thread), or the generic one (runtime kernel and strides).
+enum class ConvVariant : int {
+  Generic4 = 0, Generic8 = 1,
+  K2_4 = 2, K2_6 = 3, K2_8 = 4,
+  K3_4 = 5, K3_6 = 6, K3_8 = 7,
+  K5_4 = 8, K5_6 = 9, K5_8 = 10,
+};
+
+enum class SpatialOp : int { Conv = 0, MaxPool = 1, AvgPool = 2 };
+
+struct SpatialLayer {
+  SpatialOp op = SpatialOp::Conv;
+  ConvVariant variant = ConvVariant::Generic8;
+  SmemTensor in, out;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_left = 0;  // pools: logical padding (bounds-checked); convs: in the buffer
+  int count_include_pad = 1;      // avgpool
+  int ocb = 8;                    // output channels per thread (conv)
+  int oc_padded = 0;              // out channels rounded up to ocb; weights are zero past out.channels
+  int weight_off = 0;             // conv: packed weights [oc_padded/ocb][C][kh][kw][ocb] in the staged block
+  int bias_off = 0;               // conv: [oc_padded] (zeros when the node has no bias)
+  Epilogue epilogue;
+};
+
+struct ConvChainParams {
+  int layer_count = 0;
+  SpatialLayer layers[kMaxSpatialLayers];
+  SmemTensor input;           // where the tile's input lands
+  Epilogue input_epilogue;    // activations that read the graph input directly
+  int input_channels = 0, input_height = 0, input_width = 0;  // per sample, in global memory
+  int output_elements = 0;    // per sample: the last layer's [C, H, W], written flattened (CHW)
+  int tile_images = 1;        // T
+  int weight_floats = 0;      // staged once per block at the start of the shared memory
+  int smem_floats = 0;        // total dynamic shared memory, in floats
+};
+
+struct DenseLayer {
+  int in = 0, in_padded = 0;    // K, rounded up to 4
+  int units = 0, units_padded = 0;
+  int in_off = 0, out_off = 0;  // shared-memory buffers (floats), each [TM][pitch]
+  int in_pitch = 0, out_pitch = 0;
+  const float* weight_t = nullptr;  // device [in_padded][units_padded], zero padded (transposed)
+  const float* bias = nullptr;      // device [units_padded], zero padded (zeros when no bias)
+  Epilogue epilogue;
+};
+
+struct DenseChainParams {
+  int layer_count = 0;
+  DenseLayer layers[kMaxDenseLayers];
+  int softmax = 0;           // a softmax over the last layer's units ends the chain
+  int input_features = 0;    // per sample, in global memory
+  Epilogue input_epilogue;   // activations between the chain's input and the first dense layer
+  int tile_images = 1;       // TM, a multiple of 4
+  int smem_floats = 0;
+};
+
+// Launchers (conv_chain.cu, dense_chain.cu). `blocks` is the persistent grid chosen at plan time;
+// each block loops over tiles of images. Throw engine::gpu::CudaError naming `context`.
+void conv_chain_prepare(int smem_bytes, const char* context);  // raises the kernel's shared-memory limit
+int conv_chain_blocks_per_sm(int smem_bytes);
+void conv_chain_forward(const ConvChainParams& p, const float* weights, const float* x, float* y, int n,
+                        int blocks, cudaStream_t stream, const char* context);
+
+void dense_chain_prepare(int smem_bytes, const char* context);
+int dense_chain_blocks_per_sm(int smem_bytes);
+void dense_chain_forward(const DenseChainParams& p, const float* x, float* y, int n, int blocks,
+                         cudaStream_t stream, const char* context);
+
+}  // namespace engine::custom::fused

@@ -1,0 +1,394 @@
+#include "engine/custom/fused/fused_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace engine::custom::fused {
+namespace {
+
+using formats::OpType;
+
+int round_up(int64_t v, int m) { return int((v + m - 1) / m * m); }
+
+std::optional<Act> act_of(OpType op) {
+  switch (op) {
+    case OpType::Relu: return Act::Relu;
+    case OpType::Tanh: return Act::Tanh;
+    case OpType::Sigmoid: return Act::Sigmoid;
+    default: return std::nullopt;
+  }
+}
+
+const char* act_text(Act a) {
+  switch (a) {
+    case Act::Relu: return "relu";
+    case Act::Tanh: return "tanh";
+    case Act::Sigmoid: return "sigmoid";
+    case Act::None: break;
+  }
+  return "none";
+}
+
+std::string epilogue_text(const Epilogue& e) {
+  std::string s;
+  for (int i = 0; i < e.count; ++i) s += std::string(" + ") + act_text(e.acts[i]);
+  return s;
+}
+
+struct NotFused {
+  std::string why;
+};
+
+void push_act(Epilogue& e, Act a, const formats::Node& node) {
+  if (e.count == kMaxEpilogueActs)
+    throw NotFused{fmt::format("node '{}': more than {} activations in a row", node.name, kMaxEpilogueActs)};
+  e.acts[e.count++] = a;
+}
+
+// Output channels per thread: the fewest padded channels, the larger block on a tie.
+int choose_ocb(int oc, bool tiled) {
+  const std::vector<int> options = tiled ? std::vector<int>{8, 6, 4} : std::vector<int>{8, 4};
+  int best = options.front();
+  for (int b : options)
+    if (round_up(oc, b) < round_up(oc, best)) best = b;
+  return best;
+}
+
+ConvVariant conv_variant(int kernel_h, int stride_h, int ocb) {
+  const int idx = ocb == 4 ? 0 : ocb == 6 ? 1 : 2;
+  if (stride_h == 1) {
+    if (kernel_h == 2) return ConvVariant(int(ConvVariant::K2_4) + idx);
+    if (kernel_h == 3) return ConvVariant(int(ConvVariant::K3_4) + idx);
+    if (kernel_h == 5) return ConvVariant(int(ConvVariant::K5_4) + idx);
+  }
+  return ocb == 4 ? ConvVariant::Generic4 : ConvVariant::Generic8;
+}
+
+bool is_tiled(ConvVariant v) { return v != ConvVariant::Generic4 && v != ConvVariant::Generic8; }
+
+struct SpatialNode {  // a conv2d or pool node and its place in the chain
+  const formats::Node* node;
+  int in_value, out_value;
+};
+
+// Lays out one smem tensor of per-image size for its consumer (a conv reads it padded).
+SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* consumer) {
+  SmemTensor t;
+  t.channels = channels;
+  t.height = height;
+  t.width = width;
+  int rows = height, cols = width;
+  if (consumer && consumer->op == SpatialOp::Conv) {
+    const SpatialLayer& c = *consumer;
+    t.pad_top = c.pad_top;
+    t.pad_left = c.pad_left;
+    const int oh = c.out.height, ow = c.out.width;
+    const int needed_rows = (oh - 1) * c.stride_h + c.kernel_h;
+    const int needed_cols = (ow - 1) * c.stride_w + c.kernel_w;
+    // A tiled conv's last row strip reads up to kConvRowsPerThread - 1 rows past the output: slack.
+    const int read_rows = is_tiled(c.variant)
+                              ? ((oh + kConvRowsPerThread - 1) / kConvRowsPerThread) * kConvRowsPerThread + c.kernel_h - 1
+                              : needed_rows;
+    rows = std::max(t.pad_top + height, read_rows);
+    cols = std::max(t.pad_left + width, needed_cols);
+    t.zero_fill = (t.pad_top > 0 || t.pad_left > 0 || needed_rows > t.pad_top + height ||
+                   needed_cols > t.pad_left + width)
+                      ? 1
+                      : 0;
+  }
+  t.pitch = cols;
+  t.channel = rows * cols;
+  t.image = round_up(int64_t(channels) * t.channel, 4);
+  return t;
+}
+
+constexpr int64_t kMaxSmemDim = int64_t(1) << 24;  // keeps every int index in the kernels far from overflow
+
+void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, const DeviceShape& dev, FusedPlan& plan) {
+  ConvChainParams& p = plan.conv;
+  std::vector<SpatialNode> producers;
+  std::vector<Epilogue> epilogues(1);  // [0]: the input's; [i + 1]: producer i's
+  for (size_t i = 0; i < end; ++i) {
+    const PlannedNode& pn = g.nodes[size_t(chain[i])];
+    const formats::Node& node = *pn.node;
+    if (node.op == OpType::Conv2D || node.op == OpType::AvgPool || node.op == OpType::MaxPool) {
+      producers.push_back(SpatialNode{&node, pn.inputs[0], pn.output});
+      epilogues.emplace_back();
+    } else if (auto a = act_of(node.op)) {
+      push_act(epilogues.back(), *a, node);
+    } else if (node.op != OpType::Flatten) {
+      throw NotFused{fmt::format("node '{}' ({}) is not part of the fused conv chain", node.name,
+                                 formats::op_name(node.op))};
+    }
+  }
+  if (int(producers.size()) > kMaxSpatialLayers)
+    throw NotFused{fmt::format("{} conv/pool layers, more than the fused kernel's {}", producers.size(),
+                               kMaxSpatialLayers)};
+  p.layer_count = int(producers.size());
+  p.input_epilogue = epilogues[0];
+
+  // Layers (without buffers yet), and the packed weights: per conv, [groups][C][kh][kw][ocb] then
+  // the bias [oc_padded], each block 16-byte aligned.
+  std::vector<float>& w = plan.conv_weights;
+  for (size_t i = 0; i < producers.size(); ++i) {
+    const formats::Node& node = *producers[i].node;
+    const Value& in = g.value(producers[i].in_value);
+    const Value& out = g.value(producers[i].out_value);
+    for (int64_t d : {in.shape.at(0), in.shape.at(1), in.shape.at(2), out.shape.at(0), out.shape.at(1), out.shape.at(2)})
+      if (d > kMaxSmemDim) throw NotFused{fmt::format("node '{}': a dimension of {} is too large", node.name, d)};
+    SpatialLayer& L = p.layers[i];
+    L.epilogue = epilogues[i + 1];
+    L.kernel_h = node.window.kernel_h;
+    L.kernel_w = node.window.kernel_w;
+    L.stride_h = node.window.stride_h;
+    L.stride_w = node.window.stride_w;
+    L.pad_top = node.window.pad_top;
+    L.pad_left = node.window.pad_left;
+    L.in.channels = int(in.shape[0]);
+    L.in.height = int(in.shape[1]);
+    L.in.width = int(in.shape[2]);
+    L.out.channels = int(out.shape[0]);
+    L.out.height = int(out.shape[1]);
+    L.out.width = int(out.shape[2]);
+    if (node.op == OpType::Conv2D) {
+      L.op = SpatialOp::Conv;
+      const bool tiled_shape = L.stride_h == 1 && (L.kernel_h == 2 || L.kernel_h == 3 || L.kernel_h == 5);
+      L.ocb = choose_ocb(L.out.channels, tiled_shape);
+      L.variant = conv_variant(L.kernel_h, L.stride_h, L.ocb);
+      L.oc_padded = round_up(L.out.channels, L.ocb);
+      const int C = L.in.channels, KH = L.kernel_h, KW = L.kernel_w, OC = L.out.channels;
+      const int64_t count = int64_t(L.oc_padded) * C * KH * KW;
+      if (count > kMaxSmemDim) throw NotFused{fmt::format("node '{}': {} weights is too many", node.name, count)};
+      L.weight_off = int(w.size());
+      w.resize(w.size() + size_t(count), 0.0f);
+      const std::vector<float>& src = node.weight->values;  // [OC][C][KH][KW]
+      for (int oc = 0; oc < OC; ++oc)
+        for (int c = 0; c < C; ++c)
+          for (int ky = 0; ky < KH; ++ky)
+            for (int kx = 0; kx < KW; ++kx) {
+              const int grp = oc / L.ocb, o = oc % L.ocb;
+              const size_t dst = size_t(L.weight_off) +
+                                 ((((size_t(grp) * C + c) * KH + ky) * KW + kx) * L.ocb + o);
+              w[dst] = src[((size_t(oc) * C + c) * KH + ky) * KW + kx];
+            }
+      w.resize(size_t(round_up(int64_t(w.size()), 4)), 0.0f);
+      L.bias_off = int(w.size());
+      w.resize(w.size() + size_t(L.oc_padded), 0.0f);
+      if (node.bias)
+        for (int oc = 0; oc < OC; ++oc) w[size_t(L.bias_off + oc)] = node.bias->values[size_t(oc)];
+      w.resize(size_t(round_up(int64_t(w.size()), 4)), 0.0f);
+    } else {
+      L.op = node.op == OpType::MaxPool ? SpatialOp::MaxPool : SpatialOp::AvgPool;
+      L.count_include_pad = node.count_include_pad ? 1 : 0;
+    }
+  }
+  p.weight_floats = int(w.size());
+
+  // Buffers: tensor 0 is the input, tensor i + 1 layer i's output; even tensors share region A,
+  // odd ones region B (a layer reads one region and writes the other).
+  const Value& input = g.value(plan.conv_input_value);
+  for (int64_t d : input.shape)
+    if (d > kMaxSmemDim) throw NotFused{fmt::format("the input dimension {} is too large", d)};
+  std::vector<SmemTensor> tensors;
+  tensors.push_back(layout_for(int(input.shape.at(0)), int(input.shape.at(1)), int(input.shape.at(2)),
+                               p.layer_count > 0 ? &p.layers[0] : nullptr));
+  for (int i = 0; i < p.layer_count; ++i) {
+    const SpatialLayer& L = p.layers[i];
+    tensors.push_back(layout_for(L.out.channels, L.out.height, L.out.width,
+                                 i + 1 < p.layer_count ? &p.layers[i + 1] : nullptr));
+  }
+  int64_t region[2] = {0, 0};
+  for (size_t i = 0; i < tensors.size(); ++i) region[i % 2] = std::max<int64_t>(region[i % 2], tensors[i].image);
+  const int64_t per_image = region[0] + region[1];
+  const int64_t weights_bytes = int64_t(p.weight_floats) * 4;
+  // Two blocks per SM when they fit (one block's barriers then overlap the other's work), else one.
+  const int64_t limit = dev.shared_optin_bytes;
+  int64_t T = (limit / 2 - 1024 - weights_bytes) / (per_image * 4);
+  if (T < 1) T = (limit - weights_bytes) / (per_image * 4);
+  if (T < 1)
+    throw NotFused{fmt::format("one image's activations ({} KiB) and the conv weights ({} KiB) exceed the {} KiB "
+                               "of shared memory a block may use",
+                               per_image * 4 / 1024, weights_bytes / 1024, limit / 1024)};
+  T = std::min<int64_t>(T, 8);
+  p.tile_images = int(T);
+  const int base = p.weight_floats;
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].off = base + (i % 2 == 0 ? 0 : int(region[0] * T));
+  p.smem_floats = int(base + per_image * T);
+  p.input = tensors[0];
+  for (int i = 0; i < p.layer_count; ++i) {
+    p.layers[i].in = tensors[size_t(i)];
+    p.layers[i].out = tensors[size_t(i) + 1];
+  }
+  p.input_channels = int(input.shape[0]);
+  p.input_height = int(input.shape[1]);
+  p.input_width = int(input.shape[2]);
+  const SmemTensor& last = tensors.back();
+  p.output_elements = last.channels * last.height * last.width;
+
+  plan.summary.push_back(fmt::format(
+      "fused conv chain: 1 kernel, {} image(s) per block, {} threads, {:.1f} KiB shared memory per block ({:.1f} KiB "
+      "conv weights staged once per block)",
+      p.tile_images, kConvThreads, double(p.smem_floats) * 4 / 1024, double(weights_bytes) / 1024));
+  if (p.input_epilogue.count) plan.summary.push_back("  input" + epilogue_text(p.input_epilogue));
+  for (int i = 0; i < p.layer_count; ++i) {
+    const SpatialLayer& L = p.layers[i];
+    const std::string& name = producers[size_t(i)].node->name;
+    if (L.op == SpatialOp::Conv)
+      plan.summary.push_back(fmt::format("  '{}': conv2d {}x{}{}, {} -> {} channels, {} ({} output channels x {} rows "
+                                         "per thread){}",
+                                         name, L.kernel_h, L.kernel_w, L.stride_h == 1 && L.stride_w == 1 ? "" : " strided",
+                                         L.in.channels, L.out.channels, is_tiled(L.variant) ? "register-tiled" : "generic",
+                                         L.ocb, is_tiled(L.variant) ? kConvRowsPerThread : 1, epilogue_text(L.epilogue)));
+    else
+      plan.summary.push_back(fmt::format("  '{}': {} {}x{}{}", name, L.op == SpatialOp::MaxPool ? "maxpool" : "avgpool",
+                                         L.kernel_h, L.kernel_w, epilogue_text(L.epilogue)));
+  }
+}
+
+void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, const DeviceShape& dev, FusedPlan& plan) {
+  DenseChainParams& p = plan.dense;
+  Epilogue* current = &p.input_epilogue;
+  std::vector<const formats::Node*> layers;
+  for (size_t i = begin; i < chain.size(); ++i) {
+    const formats::Node& node = *g.nodes[size_t(chain[i])].node;
+    if (node.op == OpType::Dense) {
+      if (int(layers.size()) == kMaxDenseLayers)
+        throw NotFused{fmt::format("more than {} dense layers", kMaxDenseLayers)};
+      layers.push_back(&node);
+      current = &p.layers[layers.size() - 1].epilogue;
+    } else if (auto a = act_of(node.op)) {
+      push_act(*current, *a, node);
+    } else if (node.op == OpType::Softmax) {
+      if (i + 1 != chain.size())
+        throw NotFused{fmt::format("node '{}' (softmax) is not the last node", node.name)};
+      if (layers.empty())
+        throw NotFused{fmt::format("node '{}' (softmax) has no dense layer before it", node.name)};
+      p.softmax = 1;
+    } else if (node.op != OpType::Flatten) {
+      throw NotFused{fmt::format("node '{}' ({}) is not part of the fused dense chain", node.name,
+                                 formats::op_name(node.op))};
+    }
+  }
+  p.layer_count = int(layers.size());
+  p.input_features = int(g.value(plan.dense_input_value).elements);
+  int64_t widest[2] = {0, 0};  // floats per image in region A (even tensors) and B (odd)
+  int in_features = p.input_features;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const formats::Node& node = *layers[l];
+    DenseLayer& L = p.layers[l];
+    L.in = in_features;
+    L.in_padded = round_up(in_features, 4);
+    L.units = node.units;
+    L.units_padded = round_up(node.units, 4);
+    L.in_pitch = L.in_padded;
+    L.out_pitch = L.units_padded;
+    widest[l % 2] = std::max<int64_t>(widest[l % 2], L.in_pitch);
+    widest[(l + 1) % 2] = std::max<int64_t>(widest[(l + 1) % 2], L.out_pitch);
+    DenseWeights dw;
+    dw.weight_t.assign(size_t(L.in_padded) * size_t(L.units_padded), 0.0f);
+    dw.bias.assign(size_t(L.units_padded), 0.0f);
+    const std::vector<float>& src = node.weight->values;  // [units][in]
+    for (int u = 0; u < L.units; ++u)
+      for (int k = 0; k < L.in; ++k) dw.weight_t[size_t(k) * L.units_padded + u] = src[size_t(u) * L.in + k];
+    if (node.bias)
+      for (int u = 0; u < L.units; ++u) dw.bias[size_t(u)] = node.bias->values[size_t(u)];
+    plan.dense_weights.push_back(std::move(dw));
+    in_features = L.units;
+  }
+  // The largest tile of images whose two buffers stay within ~100 KiB (two blocks per SM), else
+  // within the block limit.
+  const int64_t per_image_bytes = (widest[0] + widest[1]) * 4;
+  int tm = 0;
+  for (int cand : {32, 16, 8, 4})
+    if (cand * per_image_bytes <= 100 * 1024) { tm = cand; break; }
+  if (tm == 0 && 4 * per_image_bytes <= dev.shared_optin_bytes) tm = 4;
+  if (tm == 0)
+    throw NotFused{fmt::format("4 images' dense activations ({} KiB) exceed the {} KiB of shared memory a block may use",
+                               4 * per_image_bytes / 1024, dev.shared_optin_bytes / 1024)};
+  p.tile_images = tm;
+  for (int l = 0; l < p.layer_count; ++l) {
+    p.layers[l].in_off = l % 2 == 0 ? 0 : int(widest[0] * tm);
+    p.layers[l].out_off = l % 2 == 0 ? int(widest[0] * tm) : 0;
+  }
+  p.smem_floats = int((widest[0] + widest[1]) * tm);
+  plan.summary.push_back(fmt::format("fused dense chain: 1 kernel, {} images per block, {} threads, {:.1f} KiB shared "
+                                     "memory per block (4 images x 4 units per thread; weights through L1/L2)",
+                                     tm, kDenseThreads, double(p.smem_floats) * 4 / 1024));
+  if (p.input_epilogue.count) plan.summary.push_back("  input" + epilogue_text(p.input_epilogue));
+  for (int l = 0; l < p.layer_count; ++l)
+    plan.summary.push_back(fmt::format("  '{}': dense {} -> {}{}", layers[size_t(l)]->name, p.layers[l].in,
+                                       p.layers[l].units, epilogue_text(p.layers[l].epilogue)));
+  if (p.softmax) plan.summary.push_back("  softmax");
+}
+
+}  // namespace
+
+std::variant<FusedPlan, std::string> plan_fused(const Graph& g, const DeviceShape& dev) {
+  try {
+    if (g.outputs.size() != 1) throw NotFused{fmt::format("the graph has {} outputs, not one", g.outputs.size())};
+    if (g.nodes.empty()) throw NotFused{"the graph has no nodes"};
+    // The chain: node i reads exactly the previous value, which nobody else reads.
+    std::vector<int> chain;
+    int previous = g.input;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const PlannedNode& pn = g.nodes[i];
+      const formats::Node& node = *pn.node;
+      if (pn.inputs.size() != 1 || pn.inputs[0] != previous)
+        throw NotFused{fmt::format("node '{}' ({}) does not read only the previous node's output: not a chain",
+                                   node.name, formats::op_name(node.op))};
+      const Value& prev = g.value(previous);
+      if (prev.consumers.size() != 1 || (prev.is_output && i > 0))
+        throw NotFused{fmt::format("value '{}' has several readers or is an output: not a chain", prev.name)};
+      if ((node.op == OpType::Conv2D || node.op == OpType::Dense) && !node.weight)
+        throw NotFused{fmt::format("node '{}' has no weight tensor", node.name)};
+      chain.push_back(int(i));
+      previous = pn.output;
+    }
+    if (previous != g.outputs[0]) throw NotFused{"the last node's output is not the graph output"};
+
+    // Split at the first dense layer (or at the softmax that would need one).
+    size_t first_dense = chain.size();
+    for (size_t i = 0; i < chain.size(); ++i) {
+      const OpType op = g.nodes[size_t(chain[i])].node->op;
+      if (op == OpType::Dense || op == OpType::Softmax) {
+        first_dense = i;
+        break;
+      }
+    }
+    FusedPlan plan;
+    bool spatial = false;
+    for (size_t i = 0; i < first_dense; ++i) {
+      const OpType op = g.nodes[size_t(chain[i])].node->op;
+      spatial = spatial || op == OpType::Conv2D || op == OpType::AvgPool || op == OpType::MaxPool;
+    }
+    // Without a conv/pool the nodes before the first dense (flatten, activations) are the dense
+    // chain's input epilogue.
+    const size_t dense_begin = spatial ? first_dense : 0;
+    if (spatial) {
+      plan.has_conv = true;
+      plan.conv_input_value = g.input;
+      plan.conv_output_value = first_dense < chain.size() ? g.nodes[size_t(chain[first_dense])].inputs[0] : g.outputs[0];
+      plan_spatial(g, chain, first_dense, dev, plan);
+      FusionGroup group{{}, "fused conv chain"};
+      for (size_t i = 0; i < first_dense; ++i) group.nodes.push_back(chain[i]);
+      plan.groups.push_back(std::move(group));
+    }
+    if (dense_begin < chain.size()) {
+      plan.has_dense = true;
+      plan.dense_input_value = g.nodes[size_t(chain[dense_begin])].inputs[0];
+      plan.dense_output_value = g.outputs[0];
+      plan_dense(g, chain, dense_begin, dev, plan);
+      if (plan.dense.layer_count == 0) throw NotFused{"the chain's flat part has no dense layer"};
+      FusionGroup group{{}, "fused dense chain"};
+      for (size_t i = dense_begin; i < chain.size(); ++i) group.nodes.push_back(chain[i]);
+      plan.groups.push_back(std::move(group));
+    }
+    return plan;
+  } catch (const NotFused& e) {
+    return e.why;
+  }
+}
+
+}  // namespace engine::custom::fused

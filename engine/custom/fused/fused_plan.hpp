@@ -1,0 +1,47 @@
+#pragma once
+// When a graph takes the custom backend's fused path, and the plan for it (host side; no CUDA).
+//
+// The rule: the graph is one chain (each node reads the previous node's output, or the graph input
+// for the first, nobody else reads it, and the last node's output is the only graph output) of
+//   [conv2d | avgpool | maxpool | relu | tanh | sigmoid]*  [flatten]  [dense | relu | tanh | sigmoid]*  [softmax]
+// within the limits below, so that one image's activations and the conv weights fit in a block's
+// shared memory. Activations are folded into the epilogue of whatever produced their input (at most
+// kMaxEpilogueActs in a row). Anything else (add, branches, several outputs, a softmax that is not
+// last, a model too big for shared memory) runs the per-node kernels, and the plan says why.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/core/graph.hpp"
+#include "engine/custom/fused/fused_layers.hpp"
+
+namespace engine::custom::fused {
+
+struct DeviceShape {
+  int multiprocessors = 1;
+  int shared_optin_bytes = 48 * 1024;  // the largest dynamic shared memory a block may ask for
+};
+
+struct DenseWeights {
+  std::vector<float> weight_t;  // [in_padded][units_padded]
+  std::vector<float> bias;      // [units_padded]
+};
+
+struct FusedPlan {
+  std::vector<FusionGroup> groups;  // for engine::fuse_groups: the conv chain, the dense chain
+  bool has_conv = false, has_dense = false;
+  ConvChainParams conv{};
+  std::vector<float> conv_weights;  // packed conv weights and biases, staged per block
+  int conv_input_value = -1, conv_output_value = -1;  // value ids
+  DenseChainParams dense{};
+  std::vector<DenseWeights> dense_weights;  // per dense layer; device pointers set at upload
+  int dense_input_value = -1, dense_output_value = -1;
+  std::vector<std::string> summary;  // one line per kernel: what it runs, tile, shared memory
+};
+
+// The fused plan, or the reason the graph does not qualify (one line, names the node).
+std::variant<FusedPlan, std::string> plan_fused(const Graph& graph, const DeviceShape& device);
+
+}  // namespace engine::custom::fused

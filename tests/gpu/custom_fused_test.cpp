@@ -1,0 +1,216 @@
+// The custom backend's fused path (engine/custom/fused): random graphs of the chain family against
+// the CPU reference (odd sizes, padding, strides, every activation, outputs NaN-poisoned), huge
+// batches, bitwise reproducibility across batch splits, and the rule that decides the path.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/core/graph.hpp"
+#include "engine/core/registry.hpp"
+#include "tests/common/model_builder.hpp"
+#include "tests/gpu/custom_test_util.hpp"
+
+namespace {
+
+using formats::OpType;
+using testing_support::ModelBuilder;
+using testing_support::window;
+
+// fp32 accumulation against the reference's double: the cuDNN backend's measured bound
+// (cudnn_test_util.hpp, kFp32ReductionTolerance) with the same reasoning.
+constexpr double kFusedTolerance = 5e-5;
+
+std::unique_ptr<engine::Executable> compile(const std::shared_ptr<formats::Model>& model, bool fuse = true) {
+  engine::CompileOptions options;
+  options.max_batch = 8;
+  options.fuse = fuse;
+  return engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+OpType random_act(std::mt19937& rng) {
+  const OpType acts[] = {OpType::Relu, OpType::Tanh, OpType::Sigmoid};
+  return acts[rng() % 3];
+}
+
+// A random member of the chain family: [conv|pool + activations]* flatten [dense + activations]*
+// [softmax], with odd sizes, asymmetric padding, strides 1 and 2, every kernel-size variant of the
+// fused conv (2, 3, 5 tiled; 1, 4 and strided generic).
+std::shared_ptr<formats::Model> random_chain(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return lo + int(rng() % uint32_t(hi - lo + 1)); };
+  int c = pick(1, 4), h = pick(5, 21), w = pick(5, 21);
+  ModelBuilder b("random_chain_" + std::to_string(seed), {c, h, w});
+  std::string cur = "x";
+  int id = 0;
+  auto name = [&](const char* p) { return std::string(p) + std::to_string(id++); };
+  const int spatial = pick(0, 3);
+  for (int i = 0; i < spatial; ++i) {
+    if (pick(0, 9) < 6) {
+      const int kh = std::min(h, pick(1, 5)), kw = std::min(w, pick(1, 5));
+      const int sh = pick(1, 3) == 3 ? 2 : 1, sw = pick(1, 3) == 3 ? 2 : 1;
+      const int pt = pick(0, kh - 1), pb = pick(0, kh - 1), pl = pick(0, kw - 1), pr = pick(0, kw - 1);
+      const int oc = pick(1, 11);
+      const std::string n = name("conv");
+      b.conv2d(n, cur, c, oc, window(kh, kw, sh, sw, pt, pb, pl, pr), seed * 31 + uint32_t(id), pick(0, 4) != 0);
+      c = oc;
+      h = (h + pt + pb - kh) / sh + 1;
+      w = (w + pl + pr - kw) / sw + 1;
+      cur = n;
+    } else {
+      if (h < 2 || w < 2) continue;
+      const int k = pick(2, 3), s = pick(1, k), p = pick(0, k / 2);
+      const OpType op = pick(0, 1) ? OpType::MaxPool : OpType::AvgPool;
+      const std::string n = name("pool");
+      b.pool(n, op, cur, window(k, k, s, s, p, p, p, p), pick(0, 1) == 1);
+      h = (h + 2 * p - k) / s + 1;
+      w = (w + 2 * p - k) / s + 1;
+      cur = n;
+    }
+    for (int a = pick(0, 2); a > 0; --a) {
+      const std::string n = name("act");
+      b.unary(n, random_act(rng), cur);
+      cur = n;
+    }
+  }
+  const std::string flat = name("flatten");
+  b.unary(flat, OpType::Flatten, cur);
+  cur = flat;
+  int features = c * h * w;
+  const int dense = spatial == 0 ? pick(1, 3) : pick(0, 3);
+  for (int i = 0; i < dense; ++i) {
+    const int units = pick(1, 130);
+    const std::string n = name("dense");
+    b.dense(n, cur, features, units, seed * 17 + uint32_t(id), pick(0, 4) != 0);
+    features = units;
+    cur = n;
+    if (pick(0, 9) < 7) {
+      const std::string a = name("act");
+      b.unary(a, random_act(rng), cur);
+      cur = a;
+    }
+  }
+  if (dense > 0 && pick(0, 1)) {
+    const std::string n = name("softmax");
+    b.unary(n, OpType::Softmax, cur);
+    cur = n;
+  }
+  return b.outputs({cur}).build();
+}
+
+TEST(CustomFused, RandomChainsTakeTheFusedPathAndMatchCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const int models = custom_test::sanitizer_run() ? 6 : 60;
+  engine::CompileOptions fused;  // fuse on: the default
+  for (int i = 0; i < models; ++i) {
+    auto model = random_chain(uint32_t(9000 + i));
+    SCOPED_TRACE(model->name);
+    auto exe = compile(model);
+    ASSERT_TRUE(contains(exe->execution_path(), "fused")) << exe->execution_path() << "\n" << exe->plan_summary();
+    for (const auto& bc : custom_test::batch_cases())
+      gpu_test::expect_matches_cpu("custom", model, bc, uint32_t(100 * i + bc.batch), -1.0f, 1.0f, fused,
+                                   kFusedTolerance);
+  }
+}
+
+// LeNet-shaped, every activation and both pools, inputs as uint8 pixels with padding.
+TEST(CustomFused, LenetLikeModelsMatchCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  for (OpType act : {OpType::Tanh, OpType::Relu, OpType::Sigmoid}) {
+    testing_support::LenetLike o;
+    o.name = std::string("fused_lenet_like_") + formats::op_name(act);
+    o.seed = 77;
+    o.act3 = act;
+    o.s4_window = window(3, 3, 2, 2, 1, 1, 1, 1);
+    auto model = testing_support::lenet_like_model(o);
+    auto exe = compile(model);
+    ASSERT_TRUE(contains(exe->execution_path(), "conv chain + dense chain")) << exe->plan_summary();
+    const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+    for (const auto& bc : custom_test::batch_cases()) {
+      const auto pixels = testing_support::random_bytes(per_sample * size_t(bc.batch), 500u + uint32_t(bc.batch));
+      const auto c = testing_support::compare_with_cpu(model, "custom", pixels.data(), bc.batch, bc.max_batch);
+      EXPECT_EQ(c.unwritten, 0u);
+      EXPECT_LE(c.max_rel_error, kFusedTolerance) << c.worst;
+      EXPECT_EQ(c.argmax_mismatches, 0u);
+    }
+  }
+}
+
+// The same images give the same bits whatever batch they run in and whatever the capacity.
+TEST(CustomFused, BitwiseEqualAcrossBatchSplits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  for (uint32_t seed : {9100u, 9101u, 9102u}) {
+    auto model = random_chain(seed);
+    SCOPED_TRACE(model->name);
+    const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+    const int total = 301;
+    const auto input = testing_support::random_floats(per_sample * total, seed);
+    const auto whole = testing_support::run_backend(model, "custom", input.data(), total, total);
+    const size_t out_per_sample = whole[0].size() / total;
+    for (int cap : {1, 7, 64}) {
+      for (int start = 0; start < total; start += cap) {
+        const int n = std::min(cap, total - start);
+        const auto part = testing_support::run_backend(model, "custom", input.data() + size_t(start) * per_sample, n, cap);
+        ASSERT_EQ(std::memcmp(part[0].data(), whole[0].data() + size_t(start) * out_per_sample,
+                              size_t(n) * out_per_sample * sizeof(float)),
+                  0)
+            << "samples " << start << ".." << start + n - 1 << " with capacity " << cap;
+      }
+    }
+    const auto again = testing_support::run_backend(model, "custom", input.data(), total, total);
+    EXPECT_EQ(std::memcmp(again[0].data(), whole[0].data(), whole[0].size() * sizeof(float)), 0);
+  }
+}
+
+TEST(CustomFused, HugeBatchesMatchCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = ModelBuilder("fused_tiny_chain", {1, 9, 9})
+                   .conv2d("c", "x", 1, 3, window(3, 3, 1, 1, 1, 1, 1, 1), 61)
+                   .unary("t", OpType::Tanh, "c")
+                   .pool("p", OpType::MaxPool, "t", window(2, 2, 2, 2))
+                   .unary("f", OpType::Flatten, "p")
+                   .dense("d", "f", 48, 10, 63)
+                   .unary("prob", OpType::Softmax, "d")
+                   .outputs({"prob"})
+                   .build();
+  ASSERT_TRUE(contains(compile(model)->execution_path(), "fused"));
+  uint32_t seed = 4300;
+  for (const auto& bc : gpu_test::huge_batch_cases())
+    gpu_test::expect_matches_cpu("custom", model, bc, seed++, -1.0f, 1.0f, {}, kFusedTolerance);
+}
+
+// Graphs outside the family fall back to the per-node kernels, and say why; --no-fuse does too.
+TEST(CustomFused, OtherGraphsRunPerNodeAndSayWhy) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto dag = testing_support::add_dag_model({3, 5, 7});
+  auto exe = compile(dag);
+  EXPECT_TRUE(contains(exe->execution_path(), "per-node kernels (not fused: node")) << exe->execution_path();
+  EXPECT_TRUE(contains(exe->plan_summary(), "not a chain")) << exe->plan_summary();
+
+  auto two_outputs = ModelBuilder("two_outputs", {20})
+                         .dense("d", "x", 20, 5, 71)
+                         .unary("t", OpType::Tanh, "d")
+                         .outputs({"t", "d"})
+                         .build();
+  EXPECT_TRUE(contains(compile(two_outputs)->execution_path(), "2 outputs")) << compile(two_outputs)->execution_path();
+
+  auto chain = random_chain(9200);
+  EXPECT_TRUE(contains(compile(chain, false)->execution_path(), "--no-fuse"));
+  const auto input = testing_support::random_floats(size_t(formats::element_count(chain->input.raw_shape)) * 5, 9201);
+  const auto c = testing_support::compare_with_cpu(chain, "custom", input.data(), 5, 8, custom_test::per_node_options());
+  EXPECT_LE(c.max_rel_error, 1e-5) << c.worst;
+}
+
+// The core planner's arena for the fused plan holds only what the kernels read and write.
+TEST(CustomFused, ArenaHoldsOnlyTheChainsInputsAndOutputs) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = testing_support::lenet_like_model({});
+  const std::string plan = compile(model)->plan_summary();
+  EXPECT_TRUE(contains(plan, "only the chains' inputs and outputs")) << plan;
+}
+
+}  // namespace
