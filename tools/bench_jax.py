@@ -37,6 +37,7 @@ engine / JAX ratios of images/s in the compute scope (also written into the JSON
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -261,7 +262,11 @@ class JaxModel:
     def compile(self, fn, *example):
         """Ahead-of-time compiled `fn` for these argument shapes; (executable, trace s, compile s)."""
         t0 = time.perf_counter()
-        with self.jax.default_matmul_precision("highest" if self.dtype == "fp32" else "default"):
+        # Belt and braces for any product not given precision= explicitly; "float32" is the name
+        # both old (0.4) and new JAX accept for HIGHEST.
+        ctx = (self.jax.default_matmul_precision("float32") if self.dtype == "fp32"
+               else contextlib.nullcontext())
+        with ctx:
             lowered = self.jax.jit(fn).lower(*example)
         t1 = time.perf_counter()
         compiled = lowered.compile()
@@ -347,8 +352,8 @@ def check_against_reference(jm: JaxModel, model, device, images, which, log):
     random inputs. Returns a dict for the JSON; "ok" is False on a failure in fp32."""
     rng = np.random.default_rng(99)
     host = random_input(model.graph["input"], images, rng)
-    fn, _, _ = jm.compile(jm.full, jm.params, jax_put(jm.jax, host, device))
-    got = np.asarray(fn(jm.params, jax_put(jm.jax, host, device))).astype(np.float64).reshape(images, -1)
+    fn, _, _ = jm.compile(jm.full, jm.params, jm.jax.device_put(host, device))
+    got = np.asarray(fn(jm.params, jm.jax.device_put(host, device))).astype(np.float64).reshape(images, -1)
     ref, ref_name = reference(model, host, which)
     ref = ref.reshape(images, -1)
     diff = float(np.max(np.abs(got - ref)))
@@ -382,10 +387,6 @@ def random_input(spec, n, rng):
     return rng.random(shape, dtype=np.float32)
 
 
-def jax_put(jax, host, device):
-    return jax.device_put(host, device)
-
-
 class Case:
     """One batch size of one dtype: the compiled executables and the rotating input sets."""
 
@@ -393,18 +394,18 @@ class Case:
         jax = jm.jax
         self.jm, self.jax, self.device, self.n = jm, jax, device, n
         self.host_in = [random_input(graph["input"], n, np.random.default_rng(1234 + k)) for k in range(INPUT_SETS)]
-        dev0 = jax_put(jax, self.host_in[0], device)
+        dev0 = jax.device_put(self.host_in[0], device)
         self.full_fn, t_full, c_full = jm.compile(jm.full, jm.params, dev0)
         pre_fn, _, _ = jm.compile(jm.preprocess, dev0)
         # The compute scope's inputs: each set preprocessed once, on the device.
-        self.pre = [pre_fn(jax_put(jax, h, device)).block_until_ready() for h in self.host_in]
+        self.pre = [pre_fn(jax.device_put(h, device)).block_until_ready() for h in self.host_in]
         self.nodes_fn, t_nodes, c_nodes = jm.compile(jm.nodes, jm.params, self.pre[0])
         self.compile_s = {"compute": {"trace_s": t_nodes, "compile_s": c_nodes},
                           "e2e": {"trace_s": t_full, "compile_s": c_full}}
         del dev0
 
     def outputs_finite(self):
-        out = np.asarray(self.full_fn(self.jm.params, jax_put(self.jax, self.host_in[0], self.device)))
+        out = np.asarray(self.full_fn(self.jm.params, self.jax.device_put(self.host_in[0], self.device)))
         return bool(np.isfinite(out).all())
 
 
