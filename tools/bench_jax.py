@@ -341,9 +341,9 @@ def reference(model, x, which):
     if which in ("auto", "torch"):
         try:
             return torch_reference(model, x), "cnnengine.model_format.to_torch, float64, CPU"
-        except ImportError:
+        except ImportError as e:
             if which == "torch":
-                raise
+                sys.exit(f"error: --reference torch but PyTorch cannot be imported ({e})")
     return numpy_reference(model, x), "numpy implementation of the spec in tools/bench_jax.py, float64"
 
 
@@ -521,9 +521,14 @@ def device_json(jax, device):
     d = {"available": device.platform in ("gpu", "cuda", "rocm"), "platform": device.platform,
          "name": device.device_kind}
     try:
-        d["platform_version"] = device.client.platform_version
+        d["platform_version"] = device.client.platform_version   # e.g. the CUDA version XLA runs on
     except AttributeError:
         pass
+    cc = getattr(device, "compute_capability", None)               # CUDA devices only
+    if cc is not None:
+        d["compute_capability"] = str(cc)
+    if getattr(device, "core_count", None):                         # SMs on a GPU
+        d["multiprocessors"] = device.core_count
     try:
         mem = device.memory_stats() or {}
         if "bytes_limit" in mem:
@@ -635,7 +640,7 @@ def main(argv=None):
                     r = bench_case(case, scope, s, mode, log)
                     r["outputs_finite"] = finite
                     results.append(r)
-            except Exception as e:  # XlaRuntimeError (RESOURCE_EXHAUSTED: out of memory) included
+            except (RuntimeError, MemoryError) as e:  # XLA's RESOURCE_EXHAUSTED (out of memory) is a RuntimeError
                 reason = f"{mode}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 skipped.append({"backend": BACKEND, "batch": n, "reason": reason})
                 log(f"jax {mode} batch {n}: skipped: {reason}")
