@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench]...   (default: build test sanitize run)
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf]...   (default: build test sanitize run)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}; mkdir -p "$OUT"
@@ -104,6 +104,33 @@ PY
       return $rc
     }
     bench_all 2>&1 | tee "$OUT/bench.log" || status=1
+    ;;
+  perf)
+    # The fused path against everything else on this GPU, in one call (docs/perf-fused-gpu.md):
+    # engine bench of custom (fused), custom --no-fuse and cudnn at PERF_BATCHES, plain and CUDA
+    # graph; PyTorch and JAX/XLA on the same model and batches; Nsight Compute on the fused kernels
+    # at the largest batch. Files: perf-*.json, perf-ncu.txt, perf.log.
+    perf_all() {
+      local rc=0 model=${BENCH_MODEL:-models/lenet5.json} batches=${PERF_BATCHES:-1,1024,4096,65536}
+      local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+      local common=(--batch "$batches" --cuda-graph --duration "${BENCH_DURATION:-0.5}" --repetitions 3)
+      timeout 150 $B/engine bench "$model" --backend custom,cudnn "${common[@]}" --json "$OUT/perf-engine.json" || rc=1
+      timeout 90 $B/engine bench "$model" --backend custom --no-fuse --no-data-transfers "${common[@]}" \
+        --json "$OUT/perf-engine-nofuse.json" || rc=1
+      timeout 120 "$py" tools/bench_torch.py "$model" --engine "$OUT/perf-engine.json" --json "$OUT/perf-torch.json" || rc=1
+      timeout 150 "$py" tools/bench_jax.py "$model" --device gpu --dtype fp32,bf16 --duration 0.5 \
+        --engine "$OUT/perf-engine.json" --json "$OUT/perf-jax.json" || rc=1
+      if command -v ncu >/dev/null && [[ ${PERF_NCU:-1} == 1 ]]; then
+        timeout 150 ncu -k regex:'chain_kernel' -c 2 --section SpeedOfLight --section Occupancy \
+          --section LaunchStats --section WarpStateStats --section InstructionStats --section ComputeWorkloadAnalysis \
+          $B/engine -q bench "$model" --backend custom --batch "${batches##*,}" --no-data-transfers --duration 0.05 \
+          --repetitions 1 >"$OUT/perf-ncu.txt" 2>&1 || rc=1
+        grep -E "chain_kernel|Duration|Compute \(SM\) Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per|Executed Ipc A|Stall" \
+          "$OUT/perf-ncu.txt" | head -40
+      fi
+      return $rc
+    }
+    perf_all 2>&1 | tee "$OUT/perf.log" || status=1
     ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac
