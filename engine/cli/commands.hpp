@@ -24,6 +24,7 @@ struct RunOptions {
   std::string precision = "fp32";
   bool nondeterministic = false;
   bool no_fuse = false;      // per-node kernels even where a backend would fuse
+  bool no_cuda_graph = false;  // plain launches instead of CUDA-graph replay
 };
 
 struct InfoOptions {

@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
                     "Allow backends algorithms whose results vary in the last bits from run to run");
   run_cmd->add_flag("--no-fuse", run.no_fuse,
                     "Run every node with its own kernel (the custom backend otherwise fuses chains)");
+  run_cmd->add_flag("--no-cuda-graph", run.no_cuda_graph,
+                    "Launch kernels one by one (GPU backends otherwise replay each batch size's forward pass as a "
+                    "CUDA graph)");
 
   engine::cli::InfoOptions info;
   auto* info_cmd = app.add_subcommand("info", "Show a model's layers, parameters, input and the backends here");

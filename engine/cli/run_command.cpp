@@ -127,7 +127,7 @@ int run_command(const RunOptions& o) {
 
   // GPU backends replay each batch size's forward pass as a CUDA graph (one launch instead of one
   // per kernel); a backend that cannot, or a capture that fails, runs plain launches.
-  bool graph_replay = !exe->use_graph_replay(true).has_value();
+  bool graph_replay = !o.no_cuda_graph && !exe->use_graph_replay(true).has_value();
   if (graph_replay) spdlog::debug("forward passes replayed as CUDA graphs");
 
   const auto run_start = Clock::now();

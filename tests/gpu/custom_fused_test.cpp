@@ -19,9 +19,12 @@ using formats::OpType;
 using testing_support::ModelBuilder;
 using testing_support::window;
 
-// fp32 accumulation against the reference's double: the cuDNN backend's measured bound
-// (cudnn_test_util.hpp, kFp32ReductionTolerance) with the same reasoning.
-constexpr double kFusedTolerance = 5e-5;
+// fp32 accumulation against the reference's double, by compare_with_cpu's measure (|a - b| over
+// max(|ref|, 1e-2 * the output's peak)). One fp32 reduction leaves up to 2.1e-5 (cuDNN's measured
+// bound, cudnn_test_util.hpp); a chain compounds them: the first H100 run of these 60 random chains
+// measured up to 7.9e-5 (a 3-layer chain, an output 1e-3 of its peak). 2e-4 keeps a 2.5x margin;
+// an indexing or padding bug shows as an error of order 1.
+constexpr double kFusedTolerance = 2e-4;
 
 std::unique_ptr<engine::Executable> compile(const std::shared_ptr<formats::Model>& model, bool fuse = true) {
   engine::CompileOptions options;
@@ -188,8 +191,8 @@ TEST(CustomFused, OtherGraphsRunPerNodeAndSayWhy) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   auto dag = testing_support::add_dag_model({3, 5, 7});
   auto exe = compile(dag);
-  EXPECT_TRUE(contains(exe->execution_path(), "per-node kernels (not fused: node")) << exe->execution_path();
-  EXPECT_TRUE(contains(exe->plan_summary(), "not a chain")) << exe->plan_summary();
+  EXPECT_TRUE(contains(exe->execution_path(), "per-node kernels (not fused: ")) << exe->execution_path();
+  EXPECT_TRUE(contains(exe->execution_path(), "not a chain")) << exe->execution_path();
 
   auto two_outputs = ModelBuilder("two_outputs", {20})
                          .dense("d", "x", 20, 5, 71)
