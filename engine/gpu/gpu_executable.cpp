@@ -111,6 +111,9 @@ std::unique_ptr<TimePoint> GpuExecutable::make_time_point() { return std::make_u
 
 std::optional<std::string> GpuExecutable::use_graph_replay(bool on) {
   graph_replay_ = on;
+  if (on && graph_input_copy_.size() == 0)
+    graph_input_copy_ = DeviceBuffer<float>(size_t(graph_.value(graph_.input).elements) * size_t(max_batch_),
+                                            "input copy for CUDA-graph capture");
   return std::nullopt;
 }
 
@@ -126,8 +129,15 @@ void GpuExecutable::compute(int n) {
       graph_exec_ = nullptr;
     }
     // One plain forward first: lazily loaded kernels and per-n host state (descriptors) are set up
-    // outside the capture.
+    // outside the capture. The graph then runs forward(n) again on the same input, but the arena
+    // reuses blocks by liveness (a later node may write over the input's block), so the input is
+    // saved before the plain forward and put back after it.
+    const float* input = device_value(graph_.input);
+    const size_t input_bytes = size_t(graph_.value(graph_.input).elements) * size_t(n) * sizeof(float);
+    CUDA_CHECK(cudaMemcpyAsync(graph_input_copy_.data(), input, input_bytes, cudaMemcpyDeviceToDevice, stream()));
     forward(n);
+    CUDA_CHECK(cudaMemcpyAsync(device_value(graph_.input), graph_input_copy_.data(), input_bytes,
+                               cudaMemcpyDeviceToDevice, stream()));
     synchronize();
     CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
     cudaGraph_t graph = nullptr;

@@ -63,6 +63,7 @@ class GpuExecutable : public Executable {
   Event ev_start_, ev_uploaded_, ev_computed_, ev_downloaded_;
   std::optional<RunTimings> timings_;
   bool graph_replay_ = false;
+  DeviceBuffer<float> graph_input_copy_;  // the input across the plain forward before a capture
   cudaGraphExec_t graph_exec_ = nullptr;  // forward(graph_n_) as captured
   int graph_n_ = 0;
 };

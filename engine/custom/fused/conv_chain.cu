@@ -3,12 +3,21 @@
 // memory, and writes the chain's output flattened (CHW) to global memory. fused_layers.hpp says
 // what the parameters mean; docs/perf-fused-gpu.md has the versions, predictions and measurements.
 //
-// Version 1 (this file): the tiled convolution keeps OCB output channels x 4 output rows of one
+// Version 1 (commit f8c0d67, measured in docs/perf-fused-gpu.md): the tiled convolution keeps OCB output channels x 4 output rows of one
 // output column per thread in registers (acc[OCB][4]). For each input channel and kernel column it
 // loads the 4 + KH - 1 input values of that column once and reuses them for every kernel row, and
 // reads each weight row (OCB floats, one float4/float2 broadcast load per 4/2 channels) once per 4
 // outputs: 5x5 kernels with OCB = 8 do 160 FMAs per 18 shared-memory loads. Lanes of a warp take
-// consecutive output columns, so the input loads of a warp hit consecutive banks.
+// consecutive output columns, so the input loads of a warp hit consecutive banks. 8.9 M images/s on
+// LeNet-5; Nsight Compute: FMAs were 27 % of the instructions (integer index arithmetic, the
+// separate pooling pass), 8.5 cycles between a warp's instructions at 16 warps per SM.
+//
+// Version 2 (this file): square kernels known at compile time (the kernel-column loop unrolls too);
+// a 2x2 stride-2 pool that follows a tiled conv is done in its epilogue (rows in registers, columns
+// with the partner lane through one shuffle), so the conv's full-size output never reaches shared
+// memory and its pooling pass and buffer disappear (LeNet-5: 24 KB -> 9.5 KB per image, twice the
+// images per block); work-item indices divide by a float reciprocal (a few instructions, exact for
+// the shared-memory-sized ranges here) instead of integer division; dense inputs are copied as is.
 #include "engine/custom/fused/device_act.cuh"
 #include "engine/custom/fused/fused_layers.hpp"
 #include "engine/gpu/cuda_check.hpp"
@@ -34,26 +43,60 @@ __device__ __forceinline__ void load_weight_row(const float* w, float (&v)[OCB])
   }
 }
 
-// Stride 1 vertically, any horizontal stride, kernel height KH known at compile time.
-template <int KH, int OCB>
+// n / d for 0 <= n < 2^21 (every index here is bounded by the shared memory a block has): the
+// float estimate is off by at most one, and one correction step fixes it. Cheaper than the integer
+// division sequence the compiler emits for a run-time divisor.
+struct Divisor {
+  int d;
+  float inv;
+  __device__ explicit Divisor(int divisor) : d(divisor), inv(1.0f / float(divisor)) {}
+  __device__ __forceinline__ int div(int n) const {
+    int q = __float2int_rz(__int2float_rn(n) * inv);
+    const int r = n - q * d;
+    q += (r >= d) - (r < 0);
+    return q;
+  }
+};
+
+// The pooled value of two rows (a, b) of this lane and its partner lane's two (in the other column),
+// combined in the same order on both lanes: (left pair) then (right pair).
+__device__ __forceinline__ float pool_2x2(float a, float b, bool left_lane, bool is_max) {
+  const float mine = is_max ? (a < b ? b : a) : a + b;
+  const float other = __shfl_xor_sync(0xffffffffu, mine, 1);
+  const float left = left_lane ? mine : other, right = left_lane ? other : mine;
+  return is_max ? (left < right ? right : left) : (left + right) * 0.25f;
+}
+
+// Square K x K kernel, vertical stride 1, any horizontal stride. Iterates in whole warps (lanes past
+// the last item compute a clamped copy and store nothing) so the pooling shuffle has every lane.
+template <int K, int OCB>
 __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ staged, float* smem, int T) {
   constexpr int YB = kConvRowsPerThread;
   const SmemTensor& I = L.in;
   const SmemTensor& O = L.out;
-  const int OH = O.height, OW = O.width, OC = O.channels, C = I.channels;
-  const int KW = L.kernel_w, SW = L.stride_w, pitch = I.pitch;
+  const bool pooled = L.pool != SpatialOp::Conv;
+  const bool is_max = L.pool == SpatialOp::MaxPool;
+  // Conv output size (before the folded pool).
+  const int OH = pooled ? L.conv_out_h : O.height, OW = pooled ? L.conv_out_w : O.width;
+  const int OC = O.channels, C = I.channels;
+  const int SW = L.stride_w, pitch = I.pitch;
   const int strips = (OH + YB - 1) / YB;
   const int groups = L.oc_padded / OCB;
   const int total = T * groups * strips * OW;
+  const int rounded = (total + 31) / 32 * 32;
+  const Divisor by_ow(OW), by_strips(strips), by_groups(groups);
   const float* weights = staged + L.weight_off;
   const float* bias = staged + L.bias_off;
-  for (int item = threadIdx.x; item < total; item += blockDim.x) {
-    const int ox = item % OW;
-    int r = item / OW;
-    const int strip = r % strips;
-    r /= strips;
-    const int g = r % groups;
-    const int t = r / groups;
+  for (int base = threadIdx.x; base < rounded; base += blockDim.x) {
+    const bool valid = base < total;
+    // Past the end: the last two items again (the same column pair), results dropped.
+    const int item = valid ? base : max(0, total - 2 + (base & 1));
+    int r = by_ow.div(item);
+    const int ox = item - r * OW;
+    int r2 = by_strips.div(r);
+    const int strip = r - r2 * strips;
+    const int t = by_groups.div(r2);
+    const int g = r2 - t * groups;
     const int oy0 = strip * YB;
 
     float acc[OCB][YB];
@@ -66,18 +109,19 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
     // Padded coordinates: output row oy reads buffer rows oy .. oy + KH - 1 (the buffer holds the
     // convolution's padding as zeros).
     const float* in0 = smem + I.off + t * I.image + oy0 * pitch + ox * SW;
-    const float* w0 = weights + g * (C * KH * KW * OCB);
+    const float* w0 = weights + g * (C * K * K * OCB);
     for (int c = 0; c < C; ++c) {
       const float* ic = in0 + c * I.channel;
-      const float* wc = w0 + c * (KH * KW * OCB);
-      for (int kx = 0; kx < KW; ++kx) {
-        float v[YB + KH - 1];
+      const float* wc = w0 + c * (K * K * OCB);
 #pragma unroll
-        for (int i = 0; i < YB + KH - 1; ++i) v[i] = ic[i * pitch + kx];
+      for (int kx = 0; kx < K; ++kx) {
+        float v[YB + K - 1];
 #pragma unroll
-        for (int ky = 0; ky < KH; ++ky) {
+        for (int i = 0; i < YB + K - 1; ++i) v[i] = ic[i * pitch + kx];
+#pragma unroll
+        for (int ky = 0; ky < K; ++ky) {
           float w[OCB];
-          load_weight_row<OCB>(wc + (ky * KW + kx) * OCB, w);
+          load_weight_row<OCB>(wc + (ky * K + kx) * OCB, w);
 #pragma unroll
           for (int o = 0; o < OCB; ++o)
 #pragma unroll
@@ -85,14 +129,33 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
         }
       }
     }
-    float* out = smem + O.off + t * O.image + (oy0 + O.pad_top) * O.pitch + ox + O.pad_left;
+    if (pooled) {
+      // OW is even (plan rule) and item parity is lane parity: lanes 2j, 2j + 1 hold columns ox, ox + 1
+      // of the same rows; the even lane stores.
+      const bool left = (ox & 1) == 0;
+      const int px = ox >> 1, py0 = oy0 >> 1;
+      float* out = smem + O.off + t * O.image + (py0 + O.pad_top) * O.pitch + px + O.pad_left;
 #pragma unroll
-    for (int o = 0; o < OCB; ++o) {
-      const int oc = g * OCB + o;
-      if (oc >= OC) break;
+      for (int o = 0; o < OCB; ++o) {
+        const int oc = g * OCB + o;
 #pragma unroll
-      for (int y = 0; y < YB; ++y)
-        if (oy0 + y < OH) out[oc * O.channel + y * O.pitch] = apply_epilogue(acc[o][y], L.epilogue);
+        for (int y = 0; y < YB / 2; ++y) {
+          const float a = apply_epilogue(acc[o][2 * y], L.epilogue), b = apply_epilogue(acc[o][2 * y + 1], L.epilogue);
+          const float p = pool_2x2(a, b, left, is_max);
+          if (valid && left && oc < OC && py0 + y < O.height)
+            out[oc * O.channel + y * O.pitch] = apply_epilogue(p, L.pool_epilogue);
+        }
+      }
+    } else if (valid) {
+      float* out = smem + O.off + t * O.image + (oy0 + O.pad_top) * O.pitch + ox + O.pad_left;
+#pragma unroll
+      for (int o = 0; o < OCB; ++o) {
+        const int oc = g * OCB + o;
+        if (oc >= OC) break;
+#pragma unroll
+        for (int y = 0; y < YB; ++y)
+          if (oy0 + y < OH) out[oc * O.channel + y * O.pitch] = apply_epilogue(acc[o][y], L.epilogue);
+      }
     }
   }
 }
@@ -106,15 +169,16 @@ __device__ void conv_generic(const SpatialLayer& L, const float* __restrict__ st
   const int KH = L.kernel_h, KW = L.kernel_w, SH = L.stride_h, SW = L.stride_w, pitch = I.pitch;
   const int groups = L.oc_padded / OCB;
   const int total = T * groups * OH * OW;
+  const Divisor by_ow(OW), by_oh(OH), by_groups(groups);
   const float* weights = staged + L.weight_off;
   const float* bias = staged + L.bias_off;
   for (int item = threadIdx.x; item < total; item += blockDim.x) {
-    const int ox = item % OW;
-    int r = item / OW;
-    const int oy = r % OH;
-    r /= OH;
-    const int g = r % groups;
-    const int t = r / groups;
+    int r = by_ow.div(item);
+    const int ox = item - r * OW;
+    const int r2 = by_oh.div(r);
+    const int oy = r - r2 * OH;
+    const int t = by_groups.div(r2);
+    const int g = r2 - t * groups;
     float acc[OCB];
 #pragma unroll
     for (int o = 0; o < OCB; ++o) acc[o] = bias[g * OCB + o];
@@ -147,13 +211,14 @@ __device__ void pool_layer(const SpatialLayer& L, float* smem, int T) {
   const int KH = L.kernel_h, KW = L.kernel_w;
   const bool is_max = L.op == SpatialOp::MaxPool;
   const int total = T * C * OH * OW;
+  const Divisor by_ow(OW), by_oh(OH), by_c(C);
   for (int item = threadIdx.x; item < total; item += blockDim.x) {
-    const int ox = item % OW;
-    int r = item / OW;
-    const int oy = r % OH;
-    r /= OH;
-    const int c = r % C;
-    const int t = r / C;
+    int r = by_ow.div(item);
+    const int ox = item - r * OW;
+    const int r2 = by_oh.div(r);
+    const int oy = r - r2 * OH;
+    const int t = by_c.div(r2);
+    const int c = r2 - t * C;
     const int top = oy * L.stride_h - L.pad_top, left = ox * L.stride_w - L.pad_left;
     const int p0 = max(0, -top), p1 = min(KH, H - top);
     const int q0 = max(0, -left), q1 = min(KW, W - left);
@@ -200,7 +265,7 @@ __device__ void run_conv(const SpatialLayer& L, const float* staged, float* smem
   }
 }
 
-__global__ void __launch_bounds__(kConvThreads)
+__global__ void __launch_bounds__(kConvThreads, 2)
     conv_chain_kernel(const __grid_constant__ ConvChainParams p, const float* __restrict__ weights,
                       const float* __restrict__ x, float* __restrict__ y, int n) {
   extern __shared__ __align__(16) float smem[];
@@ -221,13 +286,23 @@ __global__ void __launch_bounds__(kConvThreads)
       __syncthreads();
     }
     const float* src = x + size_t(first) * in_elements;
-    for (int i = threadIdx.x; i < T * in_elements; i += blockDim.x) {
-      const int t = i / in_elements, e = i - t * in_elements;
-      const int c = e / in_hw, hw = e - c * in_hw;
-      const int row = hw / p.input_width, col = hw - row * p.input_width;
-      const float v = t < images ? apply_epilogue(src[i], p.input_epilogue) : 0.0f;
-      smem[p.input.off + t * p.input.image + c * p.input.channel + (row + p.input.pad_top) * p.input.pitch + col +
-           p.input.pad_left] = v;
+    if (p.input.dense) {
+      // Same layout in both places: a straight copy (image stride rounded to 4 floats in shared memory).
+      const Divisor by_elements(in_elements);
+      for (int i = threadIdx.x; i < T * in_elements; i += blockDim.x) {
+        const int t = by_elements.div(i), e = i - t * in_elements;
+        smem[p.input.off + t * p.input.image + e] = t < images ? apply_epilogue(src[i], p.input_epilogue) : 0.0f;
+      }
+    } else {
+      const Divisor by_elements(in_elements), by_hw(in_hw), by_w(p.input_width);
+      for (int i = threadIdx.x; i < T * in_elements; i += blockDim.x) {
+        const int t = by_elements.div(i), e = i - t * in_elements;
+        const int c = by_hw.div(e), hw = e - c * in_hw;
+        const int row = by_w.div(hw), col = hw - row * p.input_width;
+        const float v = t < images ? apply_epilogue(src[i], p.input_epilogue) : 0.0f;
+        smem[p.input.off + t * p.input.image + c * p.input.channel + (row + p.input.pad_top) * p.input.pitch + col +
+             p.input.pad_left] = v;
+      }
     }
     __syncthreads();
     for (int l = 0; l < p.layer_count; ++l) {
@@ -244,11 +319,16 @@ __global__ void __launch_bounds__(kConvThreads)
     const SmemTensor& last = p.layer_count > 0 ? p.layers[p.layer_count - 1].out : p.input;
     const int out_hw = last.height * last.width;
     float* dst = y + size_t(first) * p.output_elements;
+    const Divisor by_elements(p.output_elements), by_hw(out_hw), by_w(last.width);
     for (int i = threadIdx.x; i < images * p.output_elements; i += blockDim.x) {
-      const int t = i / p.output_elements, e = i - t * p.output_elements;
-      const int c = e / out_hw, hw = e - c * out_hw;
-      const int row = hw / last.width, col = hw - row * last.width;
-      dst[i] = smem[last.off + t * last.image + c * last.channel + (row + last.pad_top) * last.pitch + col + last.pad_left];
+      const int t = by_elements.div(i), e = i - t * p.output_elements;
+      if (last.dense) {
+        dst[i] = smem[last.off + t * last.image + e];
+      } else {
+        const int c = by_hw.div(e), hw = e - c * out_hw;
+        const int row = by_w.div(hw), col = hw - row * last.width;
+        dst[i] = smem[last.off + t * last.image + c * last.channel + (row + last.pad_top) * last.pitch + col + last.pad_left];
+      }
     }
     __syncthreads();  // the next tile overwrites the buffers
   }

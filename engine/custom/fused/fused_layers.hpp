@@ -43,15 +43,17 @@ struct SmemTensor {
   int pad_top = 0, pad_left = 0;
   int channels = 0, height = 0, width = 0;  // interior
   int zero_fill = 0;                        // the whole buffer is zeroed before it is written
+  int dense = 0;  // no padding, no slack: image i, element e at off + i * image + e (plain copies)
 };
 
-// Conv variants: which template instance of the tiled convolution runs (kernel height KH in
-// registers, OCB output channels per thread), or the generic one (runtime kernel and strides).
+// Conv variants: which template instance of the tiled convolution runs (a square K x K kernel with
+// vertical stride 1, K known at compile time; OCB output channels per thread), or the generic one
+// (runtime kernel and strides).
 enum class ConvVariant : int {
   Generic4 = 0, Generic8 = 1,
   K2_4 = 2, K2_6 = 3, K2_8 = 4,
   K3_4 = 5, K3_6 = 6, K3_8 = 7,
-  K5_4 = 8, K5_6 = 9, K5_8 = 10,
+  K5_4 = 8, K5_6 = 9, K5_8 = 10,  // square K x K kernels
 };
 
 enum class SpatialOp : int { Conv = 0, MaxPool = 1, AvgPool = 2 };
@@ -68,6 +70,12 @@ struct SpatialLayer {
   int weight_off = 0;             // conv: packed weights [oc_padded/ocb][C][kh][kw][ocb] in the staged block
   int bias_off = 0;               // conv: [oc_padded] (zeros when the node has no bias)
   Epilogue epilogue;
+  // A 2x2 stride-2 unpadded pool folded into a tiled conv (version 2): the conv's 4 rows x 2
+  // neighbouring columns (this lane's and its partner lane's) make 2 pooled rows; `out` is then the
+  // pool's output and `epilogue` applies before pooling, `pool_epilogue` after.
+  SpatialOp pool = SpatialOp::Conv;  // Conv: no folded pool; MaxPool / AvgPool
+  Epilogue pool_epilogue;
+  int conv_out_h = 0, conv_out_w = 0;  // the conv's own output size when a pool is folded in
 };
 
 struct ConvChainParams {

@@ -56,9 +56,9 @@ int choose_ocb(int oc, bool tiled) {
   return best;
 }
 
-ConvVariant conv_variant(int kernel_h, int stride_h, int ocb) {
+ConvVariant conv_variant(bool tiled, int kernel_h, int ocb) {
   const int idx = ocb == 4 ? 0 : ocb == 6 ? 1 : 2;
-  if (stride_h == 1) {
+  if (tiled) {
     if (kernel_h == 2) return ConvVariant(int(ConvVariant::K2_4) + idx);
     if (kernel_h == 3) return ConvVariant(int(ConvVariant::K3_4) + idx);
     if (kernel_h == 5) return ConvVariant(int(ConvVariant::K5_4) + idx);
@@ -84,7 +84,8 @@ SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* c
     const SpatialLayer& c = *consumer;
     t.pad_top = c.pad_top;
     t.pad_left = c.pad_left;
-    const int oh = c.out.height, ow = c.out.width;
+    const bool pooled = c.pool != SpatialOp::Conv;
+    const int oh = pooled ? c.conv_out_h : c.out.height, ow = pooled ? c.conv_out_w : c.out.width;
     const int needed_rows = (oh - 1) * c.stride_h + c.kernel_h;
     const int needed_cols = (ow - 1) * c.stride_w + c.kernel_w;
     // A tiled conv's last row strip reads up to kConvRowsPerThread - 1 rows past the output: slack.
@@ -100,6 +101,7 @@ SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* c
   }
   t.pitch = cols;
   t.channel = rows * cols;
+  t.dense = (t.pad_top == 0 && t.pad_left == 0 && rows == height && cols == width) ? 1 : 0;
   t.image = round_up(int64_t(channels) * t.channel, 4);
   return t;
 }
@@ -154,9 +156,10 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
     L.out.width = int(out.shape[2]);
     if (node.op == OpType::Conv2D) {
       L.op = SpatialOp::Conv;
-      const bool tiled_shape = L.stride_h == 1 && (L.kernel_h == 2 || L.kernel_h == 3 || L.kernel_h == 5);
+      const bool tiled_shape = L.stride_h == 1 && L.kernel_h == L.kernel_w &&
+                               (L.kernel_h == 2 || L.kernel_h == 3 || L.kernel_h == 5);
       L.ocb = choose_ocb(L.out.channels, tiled_shape);
-      L.variant = conv_variant(L.kernel_h, L.stride_h, L.ocb);
+      L.variant = conv_variant(tiled_shape, L.kernel_h, L.ocb);
       L.oc_padded = round_up(L.out.channels, L.ocb);
       const int C = L.in.channels, KH = L.kernel_h, KW = L.kernel_w, OC = L.out.channels;
       const int64_t count = int64_t(L.oc_padded) * C * KH * KW;
@@ -185,6 +188,37 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
     }
   }
   p.weight_floats = int(w.size());
+
+  // Fold a 2x2 stride-2 unpadded pool into the tiled conv before it (conv_chain.cu, version 2): the
+  // conv's output width must be even so that lane pairs hold column pairs.
+  std::vector<std::string> names;
+  {
+    int kept = 0;
+    for (int i = 0; i < p.layer_count; ++i) {
+      SpatialLayer L = p.layers[i];
+      std::string name = producers[size_t(i)].node->name;
+      if (L.op == SpatialOp::Conv && is_tiled(L.variant) && i + 1 < p.layer_count) {
+        const SpatialLayer& P = p.layers[i + 1];
+        const bool pool_2x2 = P.op != SpatialOp::Conv && P.kernel_h == 2 && P.kernel_w == 2 && P.stride_h == 2 &&
+                              P.stride_w == 2 && P.pad_top == 0 && P.pad_left == 0 &&
+                              P.out.height == L.out.height / 2 && P.out.width == L.out.width / 2;
+        if (pool_2x2 && L.out.width % 2 == 0) {
+          L.pool = P.op;
+          L.pool_epilogue = P.epilogue;
+          L.conv_out_h = L.out.height;
+          L.conv_out_w = L.out.width;
+          L.out.channels = P.out.channels;
+          L.out.height = P.out.height;
+          L.out.width = P.out.width;
+          name += " + '" + producers[size_t(i) + 1].node->name + "'";
+          ++i;
+        }
+      }
+      p.layers[kept++] = L;
+      names.push_back(name);
+    }
+    p.layer_count = kept;
+  }
 
   // Buffers: tensor 0 is the input, tensor i + 1 layer i's output; even tensors share region A,
   // odd ones region B (a layer reads one region and writes the other).
@@ -234,13 +268,15 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
   if (p.input_epilogue.count) plan.summary.push_back("  input" + epilogue_text(p.input_epilogue));
   for (int i = 0; i < p.layer_count; ++i) {
     const SpatialLayer& L = p.layers[i];
-    const std::string& name = producers[size_t(i)].node->name;
+    const std::string& name = names[size_t(i)];
     if (L.op == SpatialOp::Conv)
-      plan.summary.push_back(fmt::format("  '{}': conv2d {}x{}{}, {} -> {} channels, {} ({} output channels x {} rows "
-                                         "per thread){}",
-                                         name, L.kernel_h, L.kernel_w, L.stride_h == 1 && L.stride_w == 1 ? "" : " strided",
-                                         L.in.channels, L.out.channels, is_tiled(L.variant) ? "register-tiled" : "generic",
-                                         L.ocb, is_tiled(L.variant) ? kConvRowsPerThread : 1, epilogue_text(L.epilogue)));
+      plan.summary.push_back(fmt::format(
+          "  '{}': conv2d {}x{}{}, {} -> {} channels, {} ({} output channels x {} rows per thread){}{}{}", name,
+          L.kernel_h, L.kernel_w, L.stride_h == 1 && L.stride_w == 1 ? "" : " strided", L.in.channels, L.out.channels,
+          is_tiled(L.variant) ? "register-tiled" : "generic", L.ocb, is_tiled(L.variant) ? kConvRowsPerThread : 1,
+          epilogue_text(L.epilogue),
+          L.pool == SpatialOp::Conv ? "" : (L.pool == SpatialOp::MaxPool ? " + maxpool 2x2 in registers" : " + avgpool 2x2 in registers"),
+          epilogue_text(L.pool_epilogue)));
     else
       plan.summary.push_back(fmt::format("  '{}': {} {}x{}{}", name, L.op == SpatialOp::MaxPool ? "maxpool" : "avgpool",
                                          L.kernel_h, L.kernel_w, epilogue_text(L.epilogue)));
