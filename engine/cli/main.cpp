@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/cli/commands.hpp"
+#include "engine/cli/usage_errors.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/error.hpp"
 
@@ -83,6 +84,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive here too, with exit code 0.
+    if (e.get_exit_code() != 0) {
+      if (const auto message = engine::cli::unrecognised_argument_message(app)) {
+        std::fprintf(stderr, "error: %s\n", one_line(*message).c_str());
+        return 2;
+      }
+    }
     return app.exit(e) == 0 ? 0 : 2;
   }
 

@@ -85,6 +85,35 @@ TEST_F(EngineCli, UsageErrorsExitWith2) {
   }
 }
 
+TEST_F(EngineCli, UnknownCommandAndOptionAreNamed) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"rnu"}, "error: unknown command 'rnu' (did you mean 'run'?) (see engine --help)"},
+           {{"frobnicate", "x"}, "error: unknown command 'frobnicate' (see engine --help)"},
+           {{"run", "m.json", "d.idx", "--limt", "5"},
+            "error: unknown option '--limt' (did you mean '--limit'?) (see engine run --help)"},
+           {{"run", "m.json", "d.idx", "--limt=5"},
+            "error: unknown option '--limt' (did you mean '--limit'?) (see engine run --help)"},
+           {{"run", "--jsno", "m.json", "d.idx"},
+            "error: unknown option '--jsno' (did you mean '--json'?) (see engine run --help)"},
+           {{"info", "m.json", "--verbsoe"},
+            "error: unknown option '--verbsoe' (did you mean '--verbose'?) (see engine info --help)"},
+           {{"backends", "--frobnicate"}, "error: unknown option '--frobnicate' (see engine backends --help)"},
+           {{"--bogus"}, "error: unknown option '--bogus' (see engine --help)"},
+           {{"run", "m.json", "d.idx", "extra"}, "error: unexpected argument 'extra' (see engine run --help)"},
+       }) {
+    const EngineResult r = engine(c.args);
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined;
+    EXPECT_EQ(r.err, c.error + "\n") << joined;
+    EXPECT_TRUE(r.out.empty()) << joined;
+  }
+}
+
 TEST_F(EngineCli, HelpAndVersionExitWith0) {
   EXPECT_EQ(engine({"--help"}).exit_code, 0);
   const EngineResult run_help = engine({"run", "--help"});
