@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "tf32"}))
       ->capture_default_str();
   run_cmd->add_flag("--nondeterministic", run.nondeterministic,
-                    "Allow backends algorithms whose results vary in the last bits from run to run");
+                    "Allow faster algorithms whose results may vary in the last bits from run to run");
 
   engine::cli::InfoOptions info;
   auto* info_cmd = app.add_subcommand("info", "Show a model's layers, parameters, input and the backends here");

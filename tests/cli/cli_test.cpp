@@ -121,6 +121,7 @@ TEST_F(EngineCli, HelpAndVersionExitWith0) {
   for (const char* option : {"--labels", "--backend", "--batch", "--limit", "--output", "--json", "--dump-outputs",
                              "--precision", "--nondeterministic"})
     EXPECT_NE(run_help.out.find(option), std::string::npos) << option;
+  EXPECT_NE(run_help.out.find("Allow faster algorithms whose results may vary"), std::string::npos) << run_help.out;
   EXPECT_EQ(engine({"--version"}).exit_code, 0);
 }
 
