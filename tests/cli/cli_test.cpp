@@ -285,6 +285,37 @@ TEST_F(EngineCli, ImageSizeMismatchIsExplained) {
   expect_one_line_error(r, "expects 1x4x4");
 }
 
+// A float32-input model reads IDX float32 samples (already preprocessed) of its input shape.
+TEST_F(EngineCli, Float32InputModelRunsOnIdxFloat32Samples) {
+  write_tiny_dataset();  // labels_: 0 1 2 0 2
+  const std::string model = cli_test::write_tiny_model(dir_, true);
+  std::vector<float> samples(5 * 16, 0.0f);
+  for (int i = 0; i < 5; ++i) samples[size_t(i) * 16 + size_t(i % 3)] = 1.0f;  // as tiny_images, scaled
+  const std::string floats = dir_ + "/samples.idx";
+  cli_test::write_idx_floats(floats, samples, {5, 16});
+  const EngineResult r = engine({"run", model, floats, "--labels", labels_, "--backend", "cpu", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "tiny-float");
+  EXPECT_EQ(j["images"], 5);
+  EXPECT_EQ(j["correct"], 4);
+
+  // The same samples as [1, 4, 4] do not fit a [16] input; uint8 images do not feed a float32
+  // model, nor float32 samples a uint8 one: each says which data the model needs.
+  const std::string chw = dir_ + "/chw.idx";
+  cli_test::write_idx_floats(chw, samples, {5, 1, 4, 4});
+  const EngineResult shape = engine({"run", model, chw, "--backend", "cpu"});
+  EXPECT_EQ(shape.exit_code, 1);
+  expect_one_line_error(shape, chw + ": samples are [1, 4, 4] but model 'tiny-float' expects float32 [16]");
+  const EngineResult bytes = engine({"run", model, images_, "--backend", "cpu"});
+  EXPECT_EQ(bytes.exit_code, 1);
+  expect_one_line_error(bytes, images_ + ": IDX element type 0x08 (unsigned byte) is not supported; the samples of a "
+                                         "float32-input model must be float32 (0x0D)");
+  const EngineResult to_uint8 = engine({"run", model_, floats, "--backend", "cpu"});
+  EXPECT_EQ(to_uint8.exit_code, 1);
+  expect_one_line_error(to_uint8, "float32 IDX data is for models with float32 input");
+}
+
 TEST_F(EngineCli, LabelCountMismatchIsAnError) {
   write_tiny_dataset();
   const std::string short_labels = dir_ + "/short.idx1";
