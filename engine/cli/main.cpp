@@ -53,8 +53,9 @@ int main(int argc, char** argv) {
   engine::cli::RunOptions run;
   auto* run_cmd = app.add_subcommand("run", "Classify every image of DATA with MODEL");
   run_cmd->add_option("MODEL", run.model, "Model graph file (format v1 .json)")->required();
-  run_cmd->add_option("DATA", run.data,
-                      "IDX images (raw or .gz) or one PNG/JPEG/PGM image; IDX float32 samples for a float32-input model")
+  run_cmd
+      ->add_option("DATA", run.data,
+                   "IDX images (raw or .gz) or one PNG/JPEG/PGM image; IDX float32 samples for a float32-input model")
       ->required();
   run_cmd->add_option("--labels", run.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
   run_cmd->add_option("--backend", run.backend, "Backend: " + backend_names() + " (default: best available)");

@@ -73,10 +73,12 @@ std::unique_ptr<Backend> BackendRegistry::create(const std::string& name) const 
   if (!e) {
     std::string built;
     for (const auto& entry : entries_) built += (built.empty() ? "" : ", ") + entry.name;
-    throw std::runtime_error(fmt::format("unknown backend '{}' (built in: {}); {}", name, built, what_instead(entries_)));
+    throw std::runtime_error(
+        fmt::format("unknown backend '{}' (built in: {}); {}", name, built, what_instead(entries_)));
   }
   if (auto why = reason_of(*e))
-    throw std::runtime_error(fmt::format("backend '{}' is not available here: {}; {}", name, *why, what_instead(entries_)));
+    throw std::runtime_error(
+        fmt::format("backend '{}' is not available here: {}; {}", name, *why, what_instead(entries_)));
   auto backend = e->create();
   if (!backend) throw std::runtime_error(fmt::format("backend '{}' could not be created", name));
   return backend;

@@ -24,8 +24,9 @@ std::string explain_no_gpu(int status, int driver_version, const char* visible_d
       } else {
         int runtime = 0;
         cudaRuntimeGetVersion(&runtime);
-        what = fmt::format("the NVIDIA driver supports CUDA up to {}.{}, but this build needs CUDA {}.{}: update the driver",
-                           driver_version / 1000, driver_version % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        what = fmt::format(
+            "the NVIDIA driver supports CUDA up to {}.{}, but this build needs CUDA {}.{}: update the driver",
+            driver_version / 1000, driver_version % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
       }
       break;
     case cudaErrorStubLibrary: what = "no CUDA driver found (only the toolkit's stub library)"; break;

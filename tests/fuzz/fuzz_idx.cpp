@@ -28,7 +28,8 @@ void check_floats(const formats::FloatBatch& batch) {
     require(d >= 1, "an accepted float32 batch has an empty dimension");
     elements *= static_cast<uint64_t>(d);
   }
-  require(elements == batch.values.size(), "an accepted float32 batch holds a different number of values than its shape");
+  require(elements == batch.values.size(),
+          "an accepted float32 batch holds a different number of values than its shape");
   for (const float v : batch.values) require(std::isfinite(v), "an accepted float32 batch holds a non-finite value");
 }
 

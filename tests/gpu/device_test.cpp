@@ -19,7 +19,8 @@ TEST(NoGpuReason, NoDriverSaysSoNotAVersionProblem) {
   EXPECT_EQ(explain_no_gpu(cudaErrorInsufficientDriver, 0, nullptr),
             "no usable NVIDIA GPU: no CUDA driver found (cudaGetDeviceCount: CUDA driver version is insufficient for "
             "CUDA runtime version)");
-  EXPECT_EQ(explain_no_gpu(cudaErrorStubLibrary, 0, nullptr).rfind("no usable NVIDIA GPU: no CUDA driver found", 0), 0u);
+  EXPECT_EQ(explain_no_gpu(cudaErrorStubLibrary, 0, nullptr).rfind("no usable NVIDIA GPU: no CUDA driver found", 0),
+            0u);
 }
 
 TEST(NoGpuReason, AnOldDriverIsNamedWithBothVersions) {
