@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/idx.hpp"
 #include "formats/image.hpp"
 
 namespace engine::cli {
@@ -16,5 +17,7 @@ struct Labels {
 // From `explicit_path` when not empty, otherwise found beside `images` by MNIST naming (logged);
 // nullopt when there is none. Throws FormatError when the count differs from the images'.
 std::optional<Labels> load_labels(const formats::ImageBatch& images, const std::string& explicit_path);
+// The same for the float32 samples of a float32-input model.
+std::optional<Labels> load_labels(const formats::FloatBatch& samples, const std::string& explicit_path);
 
 }  // namespace engine::cli

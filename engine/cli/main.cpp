@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/cli/commands.hpp"
+#include "engine/cli/usage_errors.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/error.hpp"
 
@@ -52,7 +53,10 @@ int main(int argc, char** argv) {
   engine::cli::RunOptions run;
   auto* run_cmd = app.add_subcommand("run", "Classify every image of DATA with MODEL");
   run_cmd->add_option("MODEL", run.model, "Model graph file (format v1 .json)")->required();
-  run_cmd->add_option("DATA", run.data, "IDX images (raw or .gz) or one PNG/JPEG/PGM image")->required();
+  run_cmd
+      ->add_option("DATA", run.data,
+                   "IDX images (raw or .gz) or one PNG/JPEG/PGM image; IDX float32 samples for a float32-input model")
+      ->required();
   run_cmd->add_option("--labels", run.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
   run_cmd->add_option("--backend", run.backend, "Backend: " + backend_names() + " (default: best available)");
   run_cmd->add_option("--batch", run.batch, "Images per batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
@@ -64,7 +68,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "tf32"}))
       ->capture_default_str();
   run_cmd->add_flag("--nondeterministic", run.nondeterministic,
-                    "Allow backends algorithms whose results vary in the last bits from run to run");
+                    "Allow faster algorithms whose results may vary in the last bits from run to run");
   run_cmd->add_flag("--no-fuse", run.no_fuse,
                     "Run every node with its own kernel (the custom backend otherwise fuses chains)");
   run_cmd->add_flag("--no-cuda-graph", run.no_cuda_graph,
@@ -88,6 +92,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive here too, with exit code 0.
+    if (e.get_exit_code() != 0) {
+      if (const auto message = engine::cli::unrecognised_argument_message(app)) {
+        std::fprintf(stderr, "error: %s\n", one_line(*message).c_str());
+        return 2;
+      }
+    }
     return app.exit(e) == 0 ? 0 : 2;
   }
 

@@ -15,6 +15,7 @@
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/error.hpp"
+#include "formats/idx.hpp"
 #include "formats/image.hpp"
 #include "formats/model_loader.hpp"
 
@@ -34,10 +35,33 @@ std::unique_ptr<Backend> pick_backend(const std::string& name) {
   return backend;
 }
 
+// The data file in the model's input dtype: uint8 images for a uint8 input (IDX, PNG, JPEG, PGM),
+// float32 samples for a float32 input (IDX float32 only: the only float32 data file read).
+struct InputData {
+  formats::ImageBatch images;
+  formats::FloatBatch floats;
+  bool is_float = false;
+  const std::string& source() const { return is_float ? floats.source : images.source; }
+  int64_t count() const { return is_float ? floats.count : images.count; }
+  size_t sample_bytes() const {
+    return is_float ? floats.values.size() / size_t(floats.count) * sizeof(float)
+                    : size_t(images.channels) * size_t(images.height) * size_t(images.width);
+  }
+  const uint8_t* bytes() const {
+    return is_float ? reinterpret_cast<const uint8_t*>(floats.values.data()) : images.pixels.data();
+  }
+};
+
+void check_floats_fit(const formats::Model& model, const formats::FloatBatch& floats) {
+  const auto& in = model.input;
+  if (floats.sample_shape != in.raw_shape)
+    throw formats::FormatError(floats.source, fmt::format("samples are {} but model '{}' expects float32 {}",
+                                                          formats::shape_to_string(floats.sample_shape), model.name,
+                                                          formats::shape_to_string(in.raw_shape)));
+}
+
 void check_images_fit(const formats::Model& model, const formats::ImageBatch& images) {
   const auto& in = model.input;
-  if (in.dtype != formats::InputDType::UInt8)
-    throw formats::FormatError(model.source_path, "the model takes float32 input; engine run feeds uint8 images");
   const formats::Shape have{images.channels, images.height, images.width};
   if (have != in.raw_shape)
     throw formats::FormatError(images.source,
@@ -65,13 +89,21 @@ int run_command(const RunOptions& o) {
 
   const auto load_start = Clock::now();
   auto model = std::make_shared<const formats::Model>(formats::load_model(o.model));
-  formats::ImageBatch images = formats::read_images(o.data);
-  check_images_fit(*model, images);
-  auto labels = load_labels(images, o.labels);
-  const int64_t count = o.limit ? std::min(*o.limit, images.count) : images.count;
+  InputData data;
+  data.is_float = model->input.dtype == formats::InputDType::Float32;
+  if (data.is_float) {
+    data.floats = formats::read_idx_floats(o.data);
+    check_floats_fit(*model, data.floats);
+  } else {
+    data.images = formats::read_images(o.data);
+    check_images_fit(*model, data.images);
+  }
+  auto labels = data.is_float ? load_labels(data.floats, o.labels) : load_labels(data.images, o.labels);
+  const int64_t count = o.limit ? std::min(*o.limit, data.count()) : data.count();
   const double load_seconds = seconds_since(load_start);
-  spdlog::info("model {}: {} parameters; {} of {} images from {}; loaded in {:.3f} s", model->name,
-               model->parameter_count(), count, images.count, images.source, load_seconds);
+  spdlog::info("model {}: {} parameters; {} of {} {} from {}; loaded in {:.3f} s", model->name,
+               model->parameter_count(), count, data.count(), data.is_float ? "samples" : "images", data.source(),
+               load_seconds);
 
   const auto plan_start = Clock::now();
   const Graph graph = plan_graph(model);
@@ -92,7 +124,7 @@ int run_command(const RunOptions& o) {
   r.path = exe->execution_path();
   r.model_name = model->name;
   r.model_path = o.model;
-  r.data_path = images.source;
+  r.data_path = data.source();
   r.class_names = model->labels;
   r.images = count;
   r.classes = graph.output_elements(0);
@@ -112,7 +144,7 @@ int run_command(const RunOptions& o) {
 
   // Every buffer is sized before the clock starts: the loop measures classification only.
   const int64_t K = r.classes;
-  const size_t sample_bytes = size_t(images.channels) * size_t(images.height) * size_t(images.width);
+  const size_t sample_bytes = data.sample_bytes();
   r.first_output.assign(size_t(count * K), 0.0f);
   r.predicted.assign(size_t(count), 0);
   std::vector<std::vector<float>> other_outputs;
@@ -135,7 +167,7 @@ int run_command(const RunOptions& o) {
     const int n = int(std::min<int64_t>(copts.max_batch, count - start));
     float* first = r.first_output.data() + start * K;
     pointers[0] = first;
-    const uint8_t* batch_pixels = images.pixels.data() + size_t(start) * sample_bytes;
+    const uint8_t* batch_pixels = data.bytes() + size_t(start) * sample_bytes;
     if (graph_replay) {
       try {
         exe->run(batch_pixels, n, pointers);

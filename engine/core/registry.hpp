@@ -29,8 +29,8 @@ class BackendRegistry {
   const std::vector<BackendEntry>& entries() const { return entries_; }
   // The available backend with the highest priority (cpu is always available).
   const BackendEntry& best_available() const;
-  // Creates the named backend; throws std::runtime_error listing the available ones when it is
-  // unknown or unusable here.
+  // Creates the named backend; throws std::runtime_error when it is unknown or unusable here, in one
+  // line: the reason once, then the backend to use instead (`--backend NAME`, as the CLI spells it).
   std::unique_ptr<Backend> create(const std::string& name) const;
 
  private:

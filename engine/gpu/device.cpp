@@ -3,18 +3,54 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "engine/gpu/cuda_check.hpp"
 
 namespace engine::gpu {
+
+std::string explain_no_gpu(int status, int driver_version, const char* visible_devices) {
+  // The runtime's own strings read as a version problem even when there is simply no driver or no
+  // GPU ("CUDA driver version is insufficient for CUDA runtime version"), so say first what it means
+  // for the user and keep CUDA's words, with the call, in parentheses for whoever debugs the machine.
+  const std::string cuda = fmt::format("cudaGetDeviceCount: {}", cudaGetErrorString(cudaError_t(status)));
+  std::string what;
+  switch (cudaError_t(status)) {
+    case cudaErrorInsufficientDriver:
+      // The same code means "no driver" and "driver too old"; the driver version tells them apart
+      // (0 when no driver library can be loaded).
+      if (driver_version == 0) {
+        what = "no CUDA driver found";
+      } else {
+        int runtime = 0;
+        cudaRuntimeGetVersion(&runtime);
+        what = fmt::format(
+            "the NVIDIA driver supports CUDA up to {}.{}, but this build needs CUDA {}.{}: update the driver",
+            driver_version / 1000, driver_version % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+      }
+      break;
+    case cudaErrorStubLibrary: what = "no CUDA driver found (only the toolkit's stub library)"; break;
+    case cudaErrorNoDevice:
+      what = visible_devices ? fmt::format("no GPU visible (CUDA_VISIBLE_DEVICES='{}')", visible_devices)
+                             : std::string("the CUDA driver finds no GPU");
+      break;
+    case cudaErrorSystemDriverMismatch: what = "the NVIDIA driver and kernel module versions differ"; break;
+    case cudaErrorDevicesUnavailable: what = "every GPU is busy or unavailable (exclusive compute mode?)"; break;
+    default: what = "the CUDA runtime cannot start"; break;
+  }
+  return fmt::format("no usable NVIDIA GPU: {} ({})", what, cuda);
+}
 
 std::optional<std::string> no_gpu_reason() {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();  // clear the sticky error so later calls are not confused by it
-    return fmt::format("no usable CUDA device ({})", cudaGetErrorString(status));
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    return explain_no_gpu(status, driver, std::getenv("CUDA_VISIBLE_DEVICES"));
   }
-  if (count == 0) return std::string("no CUDA device found");
+  if (count == 0) return explain_no_gpu(cudaErrorNoDevice, 0, std::getenv("CUDA_VISIBLE_DEVICES"));
   return std::nullopt;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// Which CUDA device we run on. Any failure of cudaGetDeviceCount (no driver, "CUDA driver version is
-// insufficient", no device) means "no GPU": the reason is kept for the user.
+// Which CUDA device we run on. Any failure of cudaGetDeviceCount (no driver, a driver too old, no
+// device) means "no GPU": the reason is kept for the user, in words that say which.
 #include <optional>
 #include <string>
 
@@ -15,8 +15,12 @@ struct DeviceInfo {
   int driver_version = 0, runtime_version = 0;
 };
 
-// nullopt when a GPU is usable; otherwise the reason none is.
+// nullopt when a GPU is usable; otherwise the reason none is, as explain_no_gpu words it.
 std::optional<std::string> no_gpu_reason();
+// "no usable NVIDIA GPU: no CUDA driver found (cudaGetDeviceCount: ...)": what a failed
+// cudaGetDeviceCount (`status`, a cudaError_t) means for the user. `driver_version` is
+// cudaDriverGetVersion's (0: no driver), `visible_devices` CUDA_VISIBLE_DEVICES (nullptr: unset).
+std::string explain_no_gpu(int status, int driver_version, const char* visible_devices);
 // The current device (index 0 unless CUDA_VISIBLE_DEVICES says otherwise). Throws if none.
 DeviceInfo current_device();
 std::string describe(const DeviceInfo& info);  // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)"

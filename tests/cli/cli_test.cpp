@@ -85,6 +85,35 @@ TEST_F(EngineCli, UsageErrorsExitWith2) {
   }
 }
 
+TEST_F(EngineCli, UnknownCommandAndOptionAreNamed) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"rnu"}, "error: unknown command 'rnu' (did you mean 'run'?) (see engine --help)"},
+           {{"frobnicate", "x"}, "error: unknown command 'frobnicate' (see engine --help)"},
+           {{"run", "m.json", "d.idx", "--limt", "5"},
+            "error: unknown option '--limt' (did you mean '--limit'?) (see engine run --help)"},
+           {{"run", "m.json", "d.idx", "--limt=5"},
+            "error: unknown option '--limt' (did you mean '--limit'?) (see engine run --help)"},
+           {{"run", "--jsno", "m.json", "d.idx"},
+            "error: unknown option '--jsno' (did you mean '--json'?) (see engine run --help)"},
+           {{"info", "m.json", "--verbsoe"},
+            "error: unknown option '--verbsoe' (did you mean '--verbose'?) (see engine info --help)"},
+           {{"backends", "--frobnicate"}, "error: unknown option '--frobnicate' (see engine backends --help)"},
+           {{"--bogus"}, "error: unknown option '--bogus' (see engine --help)"},
+           {{"run", "m.json", "d.idx", "extra"}, "error: unexpected argument 'extra' (see engine run --help)"},
+       }) {
+    const EngineResult r = engine(c.args);
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined;
+    EXPECT_EQ(r.err, c.error + "\n") << joined;
+    EXPECT_TRUE(r.out.empty()) << joined;
+  }
+}
+
 TEST_F(EngineCli, HelpAndVersionExitWith0) {
   EXPECT_EQ(engine({"--help"}).exit_code, 0);
   const EngineResult run_help = engine({"run", "--help"});
@@ -92,6 +121,7 @@ TEST_F(EngineCli, HelpAndVersionExitWith0) {
   for (const char* option : {"--labels", "--backend", "--batch", "--limit", "--output", "--json", "--dump-outputs",
                              "--precision", "--nondeterministic"})
     EXPECT_NE(run_help.out.find(option), std::string::npos) << option;
+  EXPECT_NE(run_help.out.find("Allow faster algorithms whose results may vary"), std::string::npos) << run_help.out;
   EXPECT_EQ(engine({"--version"}).exit_code, 0);
 }
 
@@ -99,9 +129,32 @@ TEST_F(EngineCli, UnknownBackendExitsWith1AndListsTheAvailableOnes) {
   write_tiny_dataset();
   const EngineResult r = engine({"run", model_, images_, "--backend", "quantum"});
   EXPECT_EQ(r.exit_code, 1);
-  expect_one_line_error(r, "unknown backend 'quantum'");
-  EXPECT_NE(r.err.find("Available: cpu"), std::string::npos) << r.err;
+  expect_one_line_error(r, "unknown backend 'quantum' (built in: cpu");
+  EXPECT_NE(r.err.find("see `engine backends`"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty());
+}
+
+// Without a GPU (this machine in CI), naming a GPU backend is one short line: the reason once, in
+// words (not CUDA's "driver version is insufficient"), and what to use instead.
+TEST_F(EngineCli, UnavailableGpuBackendIsOneShortLine) {
+  write_tiny_dataset();
+  int checked = 0;
+  for (const std::string backend : {"custom", "cudnn"}) {
+    const EngineResult r = engine({"run", model_, images_, "--backend=" + backend});
+    // A GPU here, no CUDA build, or a GPU with a cuDNN of another version: not this test's case.
+    if (r.exit_code == 0 || r.err.find("unknown backend") != std::string::npos ||
+        r.err.find("is loaded but the engine was built for") != std::string::npos)
+      continue;
+    ++checked;
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    expect_one_line_error(r, "error: backend '" + backend + "' is not available here: no usable NVIDIA GPU: ");
+    EXPECT_NE(r.err.find("; use --backend cpu or see `engine backends`\n"), std::string::npos) << r.err;
+    size_t reasons = 0;
+    for (size_t at = r.err.find("no usable"); at != std::string::npos; at = r.err.find("no usable", at + 1)) ++reasons;
+    EXPECT_EQ(reasons, 1u) << r.err;
+    EXPECT_LE(r.err.size(), 240u) << r.err;
+  }
+  if (checked == 0) GTEST_SKIP() << "every GPU backend runs here, or none is built";
 }
 
 TEST_F(EngineCli, MissingModelIsOneLineNamingTheFile) {
@@ -230,6 +283,37 @@ TEST_F(EngineCli, ImageSizeMismatchIsExplained) {
   const EngineResult r = engine({"run", model_, big, "--backend", "cpu"});
   EXPECT_EQ(r.exit_code, 1);
   expect_one_line_error(r, "expects 1x4x4");
+}
+
+// A float32-input model reads IDX float32 samples (already preprocessed) of its input shape.
+TEST_F(EngineCli, Float32InputModelRunsOnIdxFloat32Samples) {
+  write_tiny_dataset();  // labels_: 0 1 2 0 2
+  const std::string model = cli_test::write_tiny_model(dir_, true);
+  std::vector<float> samples(5 * 16, 0.0f);
+  for (int i = 0; i < 5; ++i) samples[size_t(i) * 16 + size_t(i % 3)] = 1.0f;  // as tiny_images, scaled
+  const std::string floats = dir_ + "/samples.idx";
+  cli_test::write_idx_floats(floats, samples, {5, 16});
+  const EngineResult r = engine({"run", model, floats, "--labels", labels_, "--backend", "cpu", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "tiny-float");
+  EXPECT_EQ(j["images"], 5);
+  EXPECT_EQ(j["correct"], 4);
+
+  // The same samples as [1, 4, 4] do not fit a [16] input; uint8 images do not feed a float32
+  // model, nor float32 samples a uint8 one: each says which data the model needs.
+  const std::string chw = dir_ + "/chw.idx";
+  cli_test::write_idx_floats(chw, samples, {5, 1, 4, 4});
+  const EngineResult shape = engine({"run", model, chw, "--backend", "cpu"});
+  EXPECT_EQ(shape.exit_code, 1);
+  expect_one_line_error(shape, chw + ": samples are [1, 4, 4] but model 'tiny-float' expects float32 [16]");
+  const EngineResult bytes = engine({"run", model, images_, "--backend", "cpu"});
+  EXPECT_EQ(bytes.exit_code, 1);
+  expect_one_line_error(bytes, images_ + ": IDX element type 0x08 (unsigned byte) is not supported; the samples of a "
+                                         "float32-input model must be float32 (0x0D)");
+  const EngineResult to_uint8 = engine({"run", model_, floats, "--backend", "cpu"});
+  EXPECT_EQ(to_uint8.exit_code, 1);
+  expect_one_line_error(to_uint8, "float32 IDX data is for models with float32 input");
 }
 
 TEST_F(EngineCli, LabelCountMismatchIsAnError) {

@@ -30,7 +30,7 @@ void put_floats_le(std::vector<uint8_t>& b, const std::vector<float>& values) {
 
 }  // namespace
 
-std::string write_tiny_model(const std::string& dir) {
+std::string write_tiny_model(const std::string& dir, bool float_input) {
   std::vector<float> weight(3 * 16, 0.0f), bias{0.0f, 0.0f, 0.0f};
   for (int k = 0; k < 3; ++k) weight[k * 16 + k] = 10.0f;
 
@@ -48,12 +48,15 @@ std::string write_tiny_model(const std::string& dir) {
   nlohmann::ordered_json graph;
   graph["format"] = "cnn-engine-model";
   graph["version"] = 1;
-  graph["name"] = "tiny";
+  graph["name"] = float_input ? "tiny-float" : "tiny";
   graph["weights"] = {{"file", "tiny.safetensors"}, {"sha256", formats::sha256_hex(st)}};
-  graph["input"] = {{"name", "image"},
-                    {"dtype", "uint8"},
-                    {"shape", {1, 4, 4}},
-                    {"preprocess", {{"scale", 1.0 / 255.0}, {"mean", {0.0}}, {"std", {1.0}}}}};
+  if (float_input)
+    graph["input"] = {{"name", "image"}, {"dtype", "float32"}, {"shape", {16}}};
+  else
+    graph["input"] = {{"name", "image"},
+                      {"dtype", "uint8"},
+                      {"shape", {1, 4, 4}},
+                      {"preprocess", {{"scale", 1.0 / 255.0}, {"mean", {0.0}}, {"std", {1.0}}}}};
   graph["labels"] = {"zero", "one", "two"};
   graph["nodes"] = nlohmann::ordered_json::array({
       {{"name", "f"}, {"op", "flatten"}, {"inputs", {"image"}}},
@@ -65,7 +68,7 @@ std::string write_tiny_model(const std::string& dir) {
       {{"name", "prob"}, {"op", "softmax"}, {"inputs", {"d"}}},
   });
   graph["outputs"] = {"prob"};
-  const std::string path = dir + "/tiny.json";
+  const std::string path = dir + (float_input ? "/tiny-float.json" : "/tiny.json");
   const std::string text = graph.dump(2);
   write_bytes(path, std::vector<uint8_t>(text.begin(), text.end()));
   return path;
@@ -84,6 +87,18 @@ void write_idx_images(const std::string& path, const std::vector<uint8_t>& pixel
   put_u32_be(b, uint32_t(height));
   put_u32_be(b, uint32_t(width));
   b.insert(b.end(), pixels.begin(), pixels.end());
+  write_bytes(path, b);
+}
+
+void write_idx_floats(const std::string& path, const std::vector<float>& values, const std::vector<uint32_t>& dims) {
+  std::vector<uint8_t> b;
+  put_u32_be(b, 0x00000D00 | uint32_t(dims.size()));
+  for (uint32_t d : dims) put_u32_be(b, d);
+  for (float f : values) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    put_u32_be(b, u);  // IDX is big-endian throughout
+  }
   write_bytes(path, b);
 }
 

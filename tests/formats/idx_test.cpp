@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "formats/idx.hpp"
 #include "formats/image.hpp"
@@ -93,7 +95,8 @@ TEST_F(IdxTest, BadMagic) {
 TEST_F(IdxTest, UnsupportedElementType) {
   const std::string floats = write("floats", idx(0x0D, {1, 1, 1}, 4));
   EXPECT_FORMAT_ERROR(formats::read_idx_images(floats), floats,
-                      "IDX element type 0x0D (float32) is not supported; pixels must be unsigned bytes (0x08)");
+                      "IDX element type 0x0D (float32) is not supported; pixels must be unsigned bytes (0x08); "
+                      "float32 IDX data is for models with float32 input");
   const std::string labels = write("labels", idx(0x0C, {1}, 4));
   EXPECT_FORMAT_ERROR(formats::read_idx_labels(labels), labels, "IDX element type 0x0C (int32)");
   const std::string unknown = write("unknown", idx(0x42, {1}, 1));
@@ -220,6 +223,76 @@ TEST_F(IdxTest, ReadImagesDispatchesOnContentNotExtension) {
   EXPECT_FORMAT_ERROR(formats::read_images(empty), empty, "data file is empty");
   EXPECT_FORMAT_ERROR(formats::read_images(path("absent")), path("absent"), "data file not found");
   EXPECT_FORMAT_ERROR(formats::read_images(dir_.string()), dir_.string(), "is a directory");
+}
+
+// ---- IDX float32 (element type 0x0D): the samples of float32-input models ----
+
+// An IDX float32 file: big-endian IEEE 754 values after the header.
+Bytes idx_floats(std::vector<uint32_t> dims, const std::vector<float>& values) {
+  Bytes bytes = idx(0x0D, std::move(dims), 0);
+  for (float value : values) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(bits >> shift));
+  }
+  return bytes;
+}
+
+TEST_F(IdxTest, FloatSamplesOfRank1To3RawAndGzip) {
+  const std::vector<float> values{0.5f, -1.25f, 3e-8f, 1e30f, -0.0f, 7.0f};
+  const std::string flat = write("flat.idx", idx_floats({2, 3}, values));
+  const formats::FloatBatch batch = formats::read_idx_floats(flat);
+  EXPECT_EQ(batch.source, flat);
+  EXPECT_EQ(batch.count, 2);
+  EXPECT_EQ(batch.sample_shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(batch.values, values);  // bit for bit: big-endian read back exactly
+  const std::string image = write("image.idx.gz", gzip(idx_floats({1, 1, 2, 3}, values)));
+  const formats::FloatBatch chw = formats::read_idx_floats(image);
+  EXPECT_EQ(chw.count, 1);
+  EXPECT_EQ(chw.sample_shape, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(chw.values, values);
+  EXPECT_EQ(formats::read_idx_floats(write("hw.idx", idx_floats({3, 2, 1}, values))).sample_shape,
+            (std::vector<int64_t>{2, 1}));
+}
+
+TEST_F(IdxTest, FloatSamplesFollowTheIdxRules) {
+  const std::string bytes = write("bytes", idx(0x08, {1, 2, 2}, 4));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(bytes), bytes,
+                      "IDX element type 0x08 (unsigned byte) is not supported; the samples of a float32-input model "
+                      "must be float32 (0x0D)");
+  const std::string png = write("png", {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A});
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(png), png, "not an IDX file",
+                      "float32 samples are read from IDX float32 files only");
+  const std::string count_only = write("count-only", idx_floats({2}, {1.0f, 2.0f}));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(count_only), count_only,
+                      "IDX file has 1 dimension, expected 2 to 4 (count, then the 1 to 3 dimensions of one sample)");
+  const std::string rank4 = write("rank4", idx_floats({1, 1, 1, 1, 1}, {1.0f}));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(rank4), rank4, "IDX file has 5 dimensions, expected 2 to 4");
+  const std::string zero = write("zero", idx_floats({2, 3, 0}, {}));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(zero), zero, "IDX dimension 2 is 0");
+  Bytes cut = idx_floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  cut.pop_back();
+  const std::string truncated = write("truncated", cut);
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(truncated), truncated,
+                      "IDX header says 2 samples of 3 float32 = 24 bytes of data, but the file holds 23 bytes after "
+                      "the header: the file is truncated");
+  const std::string extra = write("extra", idx_floats({1, 2, 2}, {1, 2, 3, 4, 5}));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(extra), extra,
+                      "1 sample of 2×2 float32 = 16 bytes of data, but the file holds 20 bytes",
+                      "there is data after the last item");
+  // 4 bytes per value: the overflow check covers the element size too (2^62 values = 2^64 bytes).
+  const std::string huge = write("huge", idx(0x0D, {0x40000000, 0x40000000, 4}, 8));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(huge), huge, "= more than 2^64 bytes of data");
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(path("absent")), path("absent"), "data file not found");
+}
+
+TEST_F(IdxTest, FloatSamplesMustBeFinite) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::string with_nan = write("nan", idx_floats({2, 2}, {0, 1, 2, nan}));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(with_nan), with_nan,
+                      "sample 1, value 1 is NaN; every value must be a finite number");
+  const std::string with_inf = write("inf", idx_floats({1, 3}, {0, -inf, 2}));
+  EXPECT_FORMAT_ERROR(formats::read_idx_floats(with_inf), with_inf, "sample 0, value 1 is infinite");
 }
 
 // ---- Real data (tests/CMakeLists.txt: ENGINE_TEST_DATA_DIR and the packages beside it) ----

@@ -1,5 +1,6 @@
 #include "test_files.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <random>
@@ -41,10 +42,12 @@ Bytes read_bytes(const std::string& path) {
 Bytes to_bytes(const std::string& text) { return Bytes(text.begin(), text.end()); }
 
 Bytes raw_safetensors(const std::string& header, const Bytes& data) {
-  Bytes bytes(8);
+  // Sized once and filled in place: GCC 12 at -O3 flags growing an 8-byte vector with insert() as
+  // reading past those 8 bytes (-Wstringop-overread, a false positive on the reallocation path).
+  Bytes bytes(8 + header.size() + data.size());
   for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * i));
-  bytes.insert(bytes.end(), header.begin(), header.end());
-  bytes.insert(bytes.end(), data.begin(), data.end());
+  const auto after_header = std::copy(header.begin(), header.end(), bytes.begin() + 8);
+  std::copy(data.begin(), data.end(), after_header);
   return bytes;
 }
 

@@ -1,6 +1,7 @@
-// Fuzz target: the IDX reader, raw and gzip (read_idx_images, read_idx_labels, and read_images,
-// which recognises the file by its first bytes). The input is written to a file as the readers
-// take paths. What they return must be consistent with the header they accepted.
+// Fuzz target: the IDX reader, raw and gzip (read_idx_images, read_idx_labels, read_idx_floats,
+// and read_images, which recognises the file by its first bytes). The input is written to a file
+// as the readers take paths. What they return must be consistent with the header they accepted.
+#include <cmath>
 #include <string>
 
 #include "formats/idx.hpp"
@@ -19,6 +20,19 @@ void check_batch(const formats::ImageBatch& batch) {
           "an accepted image batch holds a different number of pixels than its dimensions");
 }
 
+void check_floats(const formats::FloatBatch& batch) {
+  require(batch.count >= 1 && !batch.sample_shape.empty() && batch.sample_shape.size() <= 3,
+          "an accepted float32 batch has no samples or a sample rank outside 1 to 3");
+  uint64_t elements = static_cast<uint64_t>(batch.count);
+  for (const int64_t d : batch.sample_shape) {
+    require(d >= 1, "an accepted float32 batch has an empty dimension");
+    elements *= static_cast<uint64_t>(d);
+  }
+  require(elements == batch.values.size(),
+          "an accepted float32 batch holds a different number of values than its shape");
+  for (const float v : batch.values) require(std::isfinite(v), "an accepted float32 batch holds a non-finite value");
+}
+
 }  // namespace
 
 int run_idx(const uint8_t* data, size_t size) {
@@ -31,6 +45,11 @@ int run_idx(const uint8_t* data, size_t size) {
   try {
     const std::vector<uint8_t> labels = formats::read_idx_labels(path);
     require(!labels.empty(), "an accepted labels file is empty");
+  } catch (const formats::FormatError& error) {
+    check_error(error, path);
+  }
+  try {
+    check_floats(formats::read_idx_floats(path));
   } catch (const formats::FormatError& error) {
     check_error(error, path);
   }

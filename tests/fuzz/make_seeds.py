@@ -94,6 +94,12 @@ def idx_labels(labels: np.ndarray) -> bytes:
     return struct.pack(">II", 0x801, len(labels)) + labels.astype(np.uint8).tobytes()
 
 
+def idx_floats(samples: np.ndarray) -> bytes:
+    """IDX float32 (type 0x0D): the data of float32-input models, big-endian like every IDX field."""
+    return struct.pack(">I", 0xD00 + samples.ndim) + struct.pack(f">{samples.ndim}I", *samples.shape) \
+        + samples.astype(">f4").tobytes()
+
+
 def png_by_hand(gray: np.ndarray) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
@@ -179,6 +185,9 @@ def main() -> int:
     seeds["idx"]["tiny-images-idx3-ubyte.gz"] = gzip.compress(idx_images(synthetic), mtime=0)
     seeds["idx"]["tiny-labels-idx1-ubyte"] = idx_labels(np.array([3, 7]))
     seeds["idx"]["tiny-labels-idx1-ubyte.gz"] = gzip.compress(idx_labels(np.array([3, 7])), mtime=0)
+    floats = (np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4) - 11.5) / 8  # exact in float32
+    seeds["idx"]["tiny-floats.idx"] = idx_floats(floats)
+    seeds["idx"]["tiny-floats.idx.gz"] = gzip.compress(idx_floats(floats.reshape(2, 12)), mtime=0)
     ramp = (np.add.outer(np.arange(12), np.arange(10)) * 11 % 256).astype(np.uint8)
     seeds["image"].update(image_seeds(ramp, "ramp"))
 

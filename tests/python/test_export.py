@@ -176,6 +176,27 @@ def test_pickled_module_needs_consent(tmp_path, pickled):
     assert r.returncode == 1 and "--allow-pickle" in r.stderr
 
 
+def test_pickle_refusal_says_why_and_what_else_works(tmp_path, pickled):
+    r = run_export("torch", str(pickled(lenet5.build_module())), "-o", str(tmp_path / "x.json"),
+                   "--input-shape", "1,28,28")
+    assert r.returncode == 1
+    assert "runs code from the file" in r.stderr and "if you trust the file" in r.stderr, r.stderr
+    assert "--like" in r.stderr, r.stderr
+
+
+def test_missing_or_damaged_source_is_not_a_pickle_question(tmp_path):
+    missing = tmp_path / "absent.pt"
+    r = run_export("torch", str(missing), "-o", str(tmp_path / "x.json"), "--input-shape", "1,28,28")
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"export: error: {missing}: no such file", r.stderr
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a torch file")
+    r = run_export("torch", str(junk), "-o", str(tmp_path / "x.json"), "--input-shape", "1,28,28")
+    assert r.returncode == 1
+    assert f"{junk}: not a file torch.load can read" in r.stderr and "pickle" not in r.stderr, r.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_input_shape_required_without_like(tmp_path, pickled):
     r = run_export("torch", str(pickled(lenet5.build_module())), "-o", str(tmp_path / "x.json"),
                    "--allow-pickle")

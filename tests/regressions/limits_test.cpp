@@ -123,6 +123,8 @@ TEST_F(Limits, IdxFileOver1GiB) {
   const std::string file = sparse("big-images-idx3-ubyte", u32_be({0x803, 1, 1, 1}), formats::kMaxIdxBytes + 1);
   expect_error([&] { formats::read_idx_images(file); }, file, {"1 GiB"});
   expect_error([&] { formats::read_images(file); }, file, {"1 GiB"});
+  const std::string floats = sparse("big-floats.idx", u32_be({0xD02, 1, 1}), formats::kMaxIdxBytes + 1);
+  expect_error([&] { formats::read_idx_floats(floats); }, floats, {"1 GiB"});
 }
 
 TEST_F(Limits, ImageFileOver64MiB) {

@@ -74,16 +74,36 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _load_torch(path: str, allow_pickle: bool):
+    import pickle
+
     import torch
+    if not pathlib.Path(path).exists():
+        raise export.ExportError(f"{path}: no such file")
+    if pathlib.Path(path).is_dir():
+        raise export.ExportError(f"{path}: is a directory, not a file written by torch.save")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as first:
-        if not allow_pickle:
-            raise export.ExportError(
-                f"{path} is not a plain tensor file ({type(first).__name__}: {str(first).splitlines()[0]}). "
-                "If it holds a whole pickled nn.Module, loading it runs code from the file: pass "
-                "--allow-pickle if you trust it.") from None
-    return torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as refused:
+            # weights_only refuses any Python class but tensors and containers: a whole nn.Module
+            # (torch.save(model)) is a pickle, and unpickling it can run any code the file names.
+            # That needs the user's word that the file is trusted; a state_dict never does.
+            what = str(refused).split("WeightsUnpickler error: ")[-1].splitlines()[0]
+            if "class" not in what.lower() and "global" not in what.lower():
+                # Not a refused class (torch 1.13 says "Unsupported class", 2.x "global") but broken
+                # bytes; torch's own text would wrongly suggest that weights_only=False helps.
+                raise export.ExportError(f"{path}: not a file torch.load can read ({what})") from None
+            if not allow_pickle:
+                raise export.ExportError(
+                    f"{path} holds pickled Python objects ({what}), as torch.save(model) writes for a whole "
+                    "nn.Module: loading it runs code from the file. Pass --allow-pickle if you trust the file, "
+                    "or save model.state_dict() and give the structure with --like GRAPH.json") from None
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except export.ExportError:
+        raise
+    except Exception as e:  # torch.load's errors for a damaged or foreign file are of many types
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise export.ExportError(f"{path}: not a file torch.load can read ({type(e).__name__}: {first})") from None
 
 
 def _torch_source(args, like):
@@ -123,7 +143,8 @@ def _add_torch(sub) -> None:
                                    "input padding), or a state_dict whose tensors fill --like's graph in order.")
     p.add_argument("source", help="file written by torch.save")
     p.add_argument("--allow-pickle", action="store_true",
-                   help="allow loading a pickled nn.Module (runs code from the file)")
+                   help="load a whole nn.Module saved by torch.save(model): a pickle, whose loading runs "
+                        "code from the file (trusted files only)")
     _common(p)
     p.set_defaults(load=_torch_source)
 
