@@ -281,6 +281,8 @@ __global__ void __launch_bounds__(kConvThreads, 2)
     const int images = min(T, n - first);
     // The tile's input: global [images][C][H][W] -> the first layer's buffer, consecutive threads
     // reading consecutive floats. Images past n in the last tile are zeros (computed, never stored).
+    // Layers run over the tile's real images only (a batch of 1 does one image's work); the
+    // buffers keep room for T.
     if (p.input.zero_fill) {
       zero_buffer(smem, p.input, T);
       __syncthreads();
@@ -289,17 +291,17 @@ __global__ void __launch_bounds__(kConvThreads, 2)
     if (p.input.dense) {
       // Same layout in both places: a straight copy (image stride rounded to 4 floats in shared memory).
       const Divisor by_elements(in_elements);
-      for (int i = threadIdx.x; i < T * in_elements; i += blockDim.x) {
+      for (int i = threadIdx.x; i < images * in_elements; i += blockDim.x) {
         const int t = by_elements.div(i), e = i - t * in_elements;
-        smem[p.input.off + t * p.input.image + e] = t < images ? apply_epilogue(src[i], p.input_epilogue) : 0.0f;
+        smem[p.input.off + t * p.input.image + e] = apply_epilogue(src[i], p.input_epilogue);
       }
     } else {
       const Divisor by_elements(in_elements), by_hw(in_hw), by_w(p.input_width);
-      for (int i = threadIdx.x; i < T * in_elements; i += blockDim.x) {
+      for (int i = threadIdx.x; i < images * in_elements; i += blockDim.x) {
         const int t = by_elements.div(i), e = i - t * in_elements;
         const int c = by_hw.div(e), hw = e - c * in_hw;
         const int row = by_w.div(hw), col = hw - row * p.input_width;
-        const float v = t < images ? apply_epilogue(src[i], p.input_epilogue) : 0.0f;
+        const float v = apply_epilogue(src[i], p.input_epilogue);
         smem[p.input.off + t * p.input.image + c * p.input.channel + (row + p.input.pad_top) * p.input.pitch + col +
              p.input.pad_left] = v;
       }
@@ -311,8 +313,8 @@ __global__ void __launch_bounds__(kConvThreads, 2)
         zero_buffer(smem, L.out, T);
         __syncthreads();
       }
-      if (L.op == SpatialOp::Conv) run_conv(L, smem, smem, T);
-      else pool_layer(L, smem, T);
+      if (L.op == SpatialOp::Conv) run_conv(L, smem, smem, images);
+      else pool_layer(L, smem, images);
       __syncthreads();
     }
     // The last value, flattened CHW, to global memory: consecutive threads write consecutive floats.

@@ -13,9 +13,11 @@
 namespace engine::custom::fused {
 namespace {
 
-__device__ void dense_layer(const DenseLayer& L, float* smem, int TM) {
+// Over the tile's real images only (rounded up to 4: rows past them hold zeros or finite junk and
+// are never stored to global memory).
+__device__ void dense_layer(const DenseLayer& L, float* smem, int images) {
   const int unit_groups = L.units_padded / 4;
-  const int total = unit_groups * (TM / 4);
+  const int total = unit_groups * ((images + 3) / 4);
   const int w_stride = L.units_padded / 4;  // float4s per k row
   for (int item = threadIdx.x; item < total; item += blockDim.x) {
     const int u4 = item % unit_groups;
@@ -28,6 +30,8 @@ __device__ void dense_layer(const DenseLayer& L, float* smem, int TM) {
     }
     const float* a0 = smem + L.in_off + 4 * t4 * L.in_pitch;
     const float4* w = reinterpret_cast<const float4*>(L.weight_t) + u4;
+    // Four k-steps' loads in flight: at small batches a thread's weight loads from L2 are the latency.
+#pragma unroll 4
     for (int k = 0; k < L.in_padded; k += 4) {
       float4 a[4], wk[4];
 #pragma unroll
@@ -84,13 +88,14 @@ __global__ void __launch_bounds__(kDenseThreads)
     const int images = min(TM, n - first);
     // Rows past n and columns past F are zeros (their weights are zero too).
     const float* src = x + size_t(first) * F;
-    for (int i = threadIdx.x; i < TM * first_layer.in_padded; i += blockDim.x) {
+    const int rows = (images + 3) / 4 * 4;
+    for (int i = threadIdx.x; i < rows * first_layer.in_padded; i += blockDim.x) {
       const int t = i / first_layer.in_padded, k = i - t * first_layer.in_padded;
       smem[first_layer.in_off + t * first_layer.in_pitch + k] = (t < images && k < F) ? apply_epilogue(src[size_t(t) * F + k], p.input_epilogue) : 0.0f;
     }
     __syncthreads();
     for (int l = 0; l < p.layer_count; ++l) {
-      dense_layer(p.layers[l], smem, TM);
+      dense_layer(p.layers[l], smem, images);
       __syncthreads();
     }
     const float* out = smem + last_layer.out_off;

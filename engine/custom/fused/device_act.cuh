@@ -18,7 +18,11 @@ __device__ __forceinline__ float apply_act(float v, Act act) {
   return v;
 }
 
-__device__ __forceinline__ float apply_epilogue(float v, const Epilogue& e) {
+// Not inlined: a register-tiled epilogue calls it for every accumulator (32 call sites in one
+// unrolled loop); inlined, each call site carried its own copy of tanhf/expf and the kernel's hot
+// code stopped fitting in the instruction cache (Nsight Compute, conv chain v2: 4.1 of 11.3 stall
+// cycles per instruction waiting for instruction fetch).
+__device__ __noinline__ float apply_epilogue(float v, const Epilogue& e) {
   for (int i = 0; i < e.count; ++i) v = apply_act(v, e.acts[i]);
   return v;
 }
