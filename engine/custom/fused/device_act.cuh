@@ -22,7 +22,7 @@ __device__ __forceinline__ float apply_act(float v, Act act) {
 // unrolled loop); inlined, each call site carried its own copy of tanhf/expf and the kernel's hot
 // code stopped fitting in the instruction cache (Nsight Compute, conv chain v2: 4.1 of 11.3 stall
 // cycles per instruction waiting for instruction fetch).
-__device__ __noinline__ float apply_epilogue(float v, const Epilogue& e) {
+static __device__ __noinline__ float apply_epilogue(float v, const Epilogue& e) {
   for (int i = 0; i < e.count; ++i) v = apply_act(v, e.acts[i]);
   return v;
 }
