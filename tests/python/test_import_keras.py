@@ -302,11 +302,19 @@ def _error_case(tmp_path, kind):
     config, weights = lenet_keras(rng, keras22=False)
     layers = config["config"]["layers"]
     argv = []
-    if kind == "batchnorm":
-        layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=-1, momentum=0.99))
+    if kind == "layernorm":
+        layers.insert(2, kh.layer("LayerNormalization", "layer_normalization", axis=-1))
+        weights["layer_normalization"] = [(f"layer_normalization/{n}:0", np.ones(6, np.float32))
+                                          for n in ("gamma", "beta")]
+        want = "layer 'layer_normalization' (LayerNormalization): no format-v1 op"
+    elif kind == "batchnorm_unfoldable":
+        # After conv2d's tanh and before another tanh: no linear layer to fold the scale and shift into.
+        layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=-1, momentum=0.99,
+                                  epsilon=1e-3, center=True, scale=True))
+        layers.insert(3, kh.activation("bn_tanh", "tanh"))
         weights["batch_normalization"] = [(f"batch_normalization/{n}:0", np.ones(6, np.float32))
                                           for n in ("gamma", "beta", "moving_mean", "moving_variance")]
-        want = "layer 'batch_normalization' (BatchNormalization): no format-v1 op"
+        want = "layer 'bn_tanh' (Activation): follows layer 'batch_normalization' (BatchNormalization)"
     elif kind == "activation":
         layers[-1]["config"]["activation"] = "elu"
         want = "activation 'elu'"
@@ -334,7 +342,7 @@ def _error_case(tmp_path, kind):
     return src, argv, want
 
 
-@pytest.mark.parametrize("kind", ["batchnorm", "activation", "channels_first", "extra_weights", "kernel_shape",
+@pytest.mark.parametrize("kind", ["layernorm", "batchnorm_unfoldable", "activation", "channels_first", "extra_weights", "kernel_shape",
                                   "weights_only", "not_keras"])
 def test_errors_name_the_problem(tmp_path, capsys, kind):
     src, argv, want = _error_case(tmp_path, kind)
