@@ -224,7 +224,7 @@ class Unsupported(nn.Module):
         if k == "LeakyRelu":
             x = nn.functional.leaky_relu(x, 0.1)
         elif k == "Mul":
-            x = x * 2.0
+            x = torch.relu(x) * 2.0
         elif k == "Resize":
             x = nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
         elif k == "group":
@@ -240,7 +240,7 @@ class Unsupported(nn.Module):
 
 @pytest.mark.parametrize("kind,want", [
     ("LeakyRelu", "(op LeakyRelu, output '/LeakyRelu_output_0'): op LeakyRelu is not supported"),
-    ("Mul", "op Mul is not supported"),
+    ("Mul", "(op Mul, output '/Mul_output_0'): a constant Mul is only supported right after a Conv or Gemm/MatMul"),
     ("Resize", "op Resize is not supported"),
     ("group", "(op Conv, output '/grouped/Conv_output_0'): group=2 is not supported"),
     ("ceil_mode", "(op MaxPool, output '/MaxPool_output_0'): ceil_mode=1 is not supported"),
