@@ -1069,15 +1069,21 @@ def load(args, like):
 def register(sub) -> None:
     from .export_cli import _common
     p = sub.add_parser(
-        "keras", help="a Keras .h5 file: a whole model (model.save), or weights (model.save_weights) with "
-                      "--arch MODEL.json or --like GRAPH.json",
-        description="Import a Keras HDF5 file (Keras 2.2 to 2.15) without TensorFlow. Layers: InputLayer, "
-                    "Conv2D (valid/same, strides), MaxPooling2D, AveragePooling2D, ZeroPadding2D, Flatten, "
-                    "Dense, Activation, ReLU, Softmax, Dropout; activations linear, relu, tanh, sigmoid, "
-                    "softmax. Keras files do not record input preprocessing: state it with --scale (default "
-                    "1/255), --mean, --std and --pad. The check runs an independent NumPy NHWC "
-                    "implementation of the Keras layers next to the exported graph and the engine.")
-    p.add_argument("source", help="Keras HDF5 file (.h5)")
+        "keras", help="a Keras file: a Keras 3 .keras zip or a .h5 whole model (model.save), or .h5 weights "
+                      "(model.save_weights) with --arch MODEL.json or --like GRAPH.json",
+        description="Import a Keras model without TensorFlow: Keras 3 .keras zips (weights matched by Keras 3's "
+                    "layers/<class>[_N] paths) and .h5 files written by Keras 2.2-2.15 or Keras 3; Sequential and "
+                    "Functional models (one input, one output, branches joined by Add). Layers: " + SUPPORTED_LAYERS +
+                    "; activations linear, relu, tanh, sigmoid, softmax. Inputs [H, W, C], [H, W] (one channel) or "
+                    "flat [K] (the raw image is [C, H, W]; 784 -> [1, 28, 28]). Format v1 has no scale-and-shift or "
+                    "concat op: BatchNormalization and Rescaling are folded into the Conv2D/Dense before them, the "
+                    "next Dense or 'valid' Conv2D, or (a leading Rescaling) the input preprocessing, and refused "
+                    "with a rewrite where no fold is exact; Concatenate is refused. Keras files do not record input "
+                    "preprocessing: state it with --scale (default 1/255, or 1 when the model starts with "
+                    "Rescaling), --mean, --std and --pad. The check runs Keras itself for files Keras 3 wrote (when "
+                    "installed), else an independent NumPy NHWC implementation of the layers, next to the "
+                    "exported graph and the engine.")
+    p.add_argument("source", help="Keras file (.keras or .h5)")
     p.add_argument("--arch", help="the architecture as Keras JSON (model.to_json()), for a weights-only file")
     p.add_argument("--pad", help="zero padding the user's code adds around each raw image before the model: P "
                                  "or T,B,L,R (default: the model's input size minus the image size, halved)")

@@ -560,10 +560,15 @@ def load(args, like):
 def register(sub) -> None:
     from .export_cli import _common
     p = sub.add_parser(
-        "onnx", help="an ONNX model (e.g. written by torch.onnx.export)",
+        "onnx", help="an ONNX model (torch.onnx.export, tf2onnx, keras2onnx, CNTK, ...)",
         description="Import an ONNX model. Data-path ops: " + ", ".join(SUPPORTED) + "; constant subgraphs "
-                    "(shape arithmetic) are evaluated at import time; any other op is an error naming the "
-                    "node. The model's float input becomes a uint8 input with the preprocessing you state "
+                    "(Shape/Gather/Unsqueeze/Concat shape arithmetic) are evaluated at import time; any other op "
+                    "is an error naming the node. Inputs [N, C, H, W], channels-last [N, H, W, C] or [N, H, W] "
+                    "(the NHWC<->NCHW Transposes are removed and the first Gemm/MatMul's columns permuted), or "
+                    "[N, K]; a fixed batch size is run as any batch. Format v1 has no scale-and-shift or concat "
+                    "op: BatchNormalization and constant Add/Sub/Mul/Div fold into the Conv or Gemm/MatMul just "
+                    "before them (else an error); Concat of computed values is refused. "
+                    "The model's float input becomes a uint8 input with the preprocessing you state "
                     "(--scale, default 1/255; --mean; --std; --pad). The check runs the ONNX model itself "
                     "(onnx.reference if installed, else a NumPy evaluator) next to the graph and the engine.")
     p.add_argument("source", help="ONNX model file (.onnx)")
