@@ -146,7 +146,9 @@ def make_keras(out_dir: pathlib.Path, tr_x, tr_y, te_x, manifest: list, trained:
     keras.utils.set_random_seed(0)
     # A first model whose layers take the unsuffixed names, as in a notebook that built others
     # before: the models saved below have config names like conv2d_3 but weight paths layers/conv2d.
-    keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    L = keras.layers
+    keras.Sequential([keras.Input((8, 8, 1)), L.Rescaling(1.0), L.Conv2D(2, 3), L.BatchNormalization(),
+                      L.Activation("relu"), L.MaxPooling2D(2), L.Flatten(), L.Dropout(0.1), L.Dense(2)])
     for name, model, kind in keras_models(keras):
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy" if name != "k3_seq_flat784_logits"
                       else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
