@@ -112,6 +112,16 @@ def keras_models(keras):
         L.Dense(32, activation="relu"), L.BatchNormalization(), L.Dense(10, activation="softmax")])
     out.append(("k3_mlp_bn", m, "scaled"))
 
+    # Global average pooling (an avgpool over the whole map), BN carried through it to the Dense.
+    i = keras.Input((28, 28, 1))
+    x = L.Conv2D(16, 3, strides=2, activation="relu")(i)
+    x = L.BatchNormalization()(x)
+    x = L.Conv2D(24, 3, activation="relu")(x)
+    x = L.BatchNormalization()(x)
+    x = L.GlobalAveragePooling2D()(x)
+    y = L.Dense(10, activation="softmax")(x)
+    out.append(("k3_func_gap", keras.Model(i, y), "scaled"))
+
     # BN after an activation, before a 'same'-padded Conv2D: no linear layer can take its scale and
     # shift exactly (the padding would see shifted zeros); refused by name until format v1 gains a
     # per-channel scale-and-shift op.
@@ -287,9 +297,33 @@ def torch_models():
             x = self.fc2(self.drop(torch.relu(self.bn3(self.fc1(x)))))
             return torch.sigmoid(x) if self.sigmoid else x
 
+    class GapNet(nn.Module):
+        """AdaptiveAvgPool2d(1) (exported as GlobalAveragePool) before the classifier."""
+
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = nn.Conv2d(1, 8, 3, stride=2), nn.Conv2d(8, 16, 3)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.c2(torch.relu(self.c1(x))))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    class CatNet(nn.Module):
+        """Two branches joined by torch.cat along channels: refused (format v1 has no concat)."""
+
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(1, 4, 3, padding=1), nn.Conv2d(1, 4, 5, padding=2)
+            self.fc = nn.Linear(8 * 7 * 7, 10)
+
+        def forward(self, x):
+            x = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], 1)
+            return self.fc(torch.flatten(torch.max_pool2d(x, 4), 1))
+
     cntk = nn.Sequential(nn.Conv2d(1, 8, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(),
                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 6 * 6, 10))
-    return ViewNet(), ViewNet(sigmoid=True), cntk
+    return ViewNet(), ViewNet(sigmoid=True), cntk, GapNet(), CatNet()
 
 
 def train_torch(module, tr_x, tr_y, steps=32):
@@ -313,7 +347,7 @@ def make_onnx(out_dir: pathlib.Path, tr_x, tr_y, te_x, manifest: list, trained: 
     import torch
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    logits, sig, cntk = (train_torch(m, tr_x, tr_y) for m in torch_models())
+    logits, sig, cntk, gap, cat = (train_torch(m, tr_x, tr_y) for m in torch_models())
     x_te = torch.from_numpy(te_x.astype(np.float32) * SCALE).unsqueeze(1)
     for module, tag in ((logits, "logits"), (sig, "sigmoid")):
         with torch.no_grad():
@@ -331,6 +365,17 @@ def make_onnx(out_dir: pathlib.Path, tr_x, tr_y, te_x, manifest: list, trained: 
                 np.save(out_dir / f"{name}.ref.npy", ref)
                 manifest.append({"file": name, "kind": "onnx", "args": [], "input": "scaled",
                                  "framework": f"PyTorch {torch.__version__}"})
+    for module, name, err in ((gap, "torch_gap_opset13_dynamic.onnx", None),
+                              (cat, "torch_concat_opset13_dynamic.onnx", "format v1 has no concat op")):
+        with torch.no_grad():
+            ref = module(x_te).numpy().astype(np.float32)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, torch.zeros(1, 1, 28, 28), str(out_dir / name), opset_version=13,
+                              input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+        np.save(out_dir / f"{name}.ref.npy", ref)
+        manifest.append({"file": name, "kind": "onnx", "args": [], "input": "scaled",
+                         "framework": f"PyTorch {torch.__version__}"} | ({"expect_error": err} if err else {}))
     with torch.no_grad():
         ref = cntk(x_te).numpy().astype(np.float32)
     onnx.save(cntk_like(cntk), out_dir / "cntk_style_batch1.onnx")
@@ -362,7 +407,7 @@ def make_onnx(out_dir: pathlib.Path, tr_x, tr_y, te_x, manifest: list, trained: 
 def entry_files() -> list[str]:
     """The model files main() writes, in manifest order (tests parametrize over these)."""
     names = [f"{n}.{ext}" for n in ("k3_seq_bn_rescaling", "k3_seq_flat784_logits", "k3_func_28x28_add_sigmoid",
-                                     "k3_mlp_bn", "k3_bn_before_same_conv", "k3_func_concat")
+                                     "k3_mlp_bn", "k3_func_gap", "k3_bn_before_same_conv", "k3_func_concat")
              for ext in ("keras", "h5")]
     for tag in ("logits", "sigmoid"):
         for opset in (9, 11, 13, 17):
@@ -370,7 +415,7 @@ def entry_files() -> list[str]:
                 if tag == "sigmoid" and opset not in (11, 17):
                     continue
                 names.append(f"torch_{tag}_opset{opset}_{'dynamic' if dynamic else 'batch1'}.onnx")
-    return names + ["cntk_style_batch1.onnx", "tf2onnx_style_nhwc.onnx", "keras2onnx_style_28x28_batch1.onnx"]
+    return names + ["torch_gap_opset13_dynamic.onnx", "torch_concat_opset13_dynamic.onnx", "cntk_style_batch1.onnx", "tf2onnx_style_nhwc.onnx", "keras2onnx_style_28x28_batch1.onnx"]
 
 
 def main(argv=None) -> int:

@@ -38,7 +38,8 @@ from . import import_common as ic
 from .import_common import ImportFailure
 from .model_format import topological_order, validate
 
-CONV_LIKE = ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D")
+CONV_LIKE = ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D", "GlobalAveragePooling2D",
+             "GlobalMaxPooling2D")
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "softmax": "softmax"}
 
 
@@ -396,7 +397,8 @@ class _V:
 
 IDENTITY_LAYERS = ("InputLayer", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "GaussianNoise",
                    "GaussianDropout", "AlphaDropout", "ActivityRegularization")
-SUPPORTED_LAYERS = ("InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, ZeroPadding2D, Flatten, Reshape, Dense, "
+SUPPORTED_LAYERS = ("InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, "
+                    "ZeroPadding2D, Flatten, Reshape, Dense, "
                     "Activation, ReLU, Softmax, BatchNormalization, Rescaling, Add, Dropout and the other "
                     "inference no-ops (" + ", ".join(IDENTITY_LAYERS[2:]) + ")")
 AFFINE_REWRITE = ("format v1 has no per-channel scale-and-shift op, so a BatchNormalization or Rescaling is "
@@ -572,7 +574,8 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
         if cls not in ("Add", "Concatenate"):
             v = dataclasses.replace(v, sole=v.sole and alone)
         if v is not None and v.aff is not None and cls not in IDENTITY_LAYERS + (
-                "BatchNormalization", "Rescaling", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten"):
+                "BatchNormalization", "Rescaling", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten",
+                "GlobalAveragePooling2D", "GlobalMaxPooling2D"):
             raise ImportFailure(f"{where}: follows {v.aff_from}, which cannot be folded into it; {AFFINE_REWRITE}")
         if v is not None and v.pad is not None and cls not in ("Conv2D", "AveragePooling2D") + IDENTITY_LAYERS:
             raise ImportFailure(f"{where}: a ZeroPadding2D can only precede Conv2D or AveragePooling2D here")
@@ -634,6 +637,25 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
                         {"weight": kernel.transpose(3, 2, 0, 1), "bias": bias})  # HWIO -> OIHW
             out = _V(node, (oh, ow, int(c["filters"])), (int(c["filters"]), oh, ow))
             values[lname] = add_act(lname, _act_name(c.get("activation", "linear"), where), out)
+        elif cls in ("GlobalAveragePooling2D", "GlobalMaxPooling2D"):
+            # A pool whose window is the whole map: exactly an avgpool/maxpool node.
+            h, w, ch = v.k
+            is_max = cls == "GlobalMaxPooling2D"
+            if is_max and v.aff is not None and not np.all(v.aff[0] > 0):
+                raise ImportFailure(f"{where}: follows {v.aff_from} with a negative or zero scale, which does "
+                                    f"not commute with max pooling; {AFFINE_REWRITE}")
+            if v.pad is not None:
+                raise ImportFailure(f"{where}: a ZeroPadding2D before global pooling is not supported")
+            attrs = {"kernel": [h, w], "stride": [1, 1], "padding": [0, 0, 0, 0]}
+            if not is_max:
+                attrs["count_include_pad"] = False
+            node = emit(lname, "maxpool" if is_max else "avgpool", [v.fv], attrs)
+            pooled = _V(node, (1, 1, ch), (ch, 1, 1), aff=v.aff, aff_from=v.aff_from)
+            if c.get("keepdims", False):
+                values[lname] = pooled
+            else:  # [C]: the flatten of a 1x1 map has the same order in Keras and the engine
+                values[lname] = dataclasses.replace(pooled, fv=emit(f"{lname}_flatten", "flatten", [node]),
+                                                    k=(ch,), e=(ch,))
         elif cls in ("MaxPooling2D", "AveragePooling2D"):
             kh, kw = _pair(c.get("pool_size", 2), "pool_size", where)
             sh, sw = _pair(c.get("strides") or (kh, kw), "strides", where)

@@ -197,7 +197,8 @@ def predict(model_config: dict, weights, x: np.ndarray) -> np.ndarray:
 
         def w():
             return [a.astype(F32) for a in (pending.pop(0) if pending is not None else weights[name])]
-        if v.ndim == 3 and cls in ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D",
+        if v.ndim == 3 and cls in ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D", "GlobalAveragePooling2D",
+                                   "GlobalMaxPooling2D",
                                    "BatchNormalization", "Rescaling"):
             v = v[..., None]  # a [H, W] input is one channel
         if cls in ("InputLayer", "Dropout"):
@@ -216,6 +217,11 @@ def predict(model_config: dict, weights, x: np.ndarray) -> np.ndarray:
             size = tuple(c.get("pool_size", (2, 2)))
             v = pool2d(v, size, tuple(c.get("strides") or size), c.get("padding", "valid"),
                        "max" if cls == "MaxPooling2D" else "avg")
+        elif cls in ("GlobalAveragePooling2D", "GlobalMaxPooling2D"):
+            v = (v.mean(axis=(1, 2), keepdims=True) if cls == "GlobalAveragePooling2D"
+                 else v.max(axis=(1, 2), keepdims=True)).astype(F32)
+            if not c.get("keepdims", False):
+                v = v.reshape(v.shape[0], -1)
         elif cls == "ZeroPadding2D":
             (t, b), (l, r) = c["padding"]
             v = np.pad(v, ((0, 0), (t, b), (l, r), (0, 0)))

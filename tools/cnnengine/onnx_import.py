@@ -28,7 +28,7 @@ from .import_common import ImportFailure
 
 SUPPORTED = ("Conv", "AveragePool", "MaxPool", "Gemm", "MatMul", "Add", "Relu", "Tanh", "Sigmoid", "Flatten",
              "Reshape", "Softmax", "Pad", "Identity", "Transpose", "Unsqueeze", "BatchNormalization", "Sub", "Mul",
-             "Div", "Dropout")
+             "Div", "Dropout", "GlobalAveragePool", "GlobalMaxPool")
 FOLDABLE = ("Constant", "ConstantOfShape", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice",
             "Transpose", "Cast", "Reshape", "Identity", "Add", "Sub", "Mul", "Div", "Flatten")
 BATCH = 1_000_000_007  # stands for the (unknown) batch size in folded shapes
@@ -204,6 +204,9 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
             full = np.asarray((BATCH,) + data[ins[0]].onnx_shape(), np.int64)
             consts[n.output[0]] = full[a.get("start", 0):a.get("end", None)]
             continue
+        if op == "Concat" and any(is_data):
+            raise ImportFailure(f"{where}: format v1 has no concat op (the planned format change adds one along "
+                                "channels); parallel branches can only be joined by Add")
         if n.domain not in ("", "ai.onnx") or op not in SUPPORTED:
             raise ImportFailure(f"{where}: op {op}{' (domain ' + n.domain + ')' if n.domain else ''} is not "
                                 f"supported; supported ops: {', '.join(SUPPORTED)}")
@@ -376,6 +379,15 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
             data[out] = data[src]
             if consumers.get(out, 0) == 1:
                 foldable[out] = node
+        elif op in ("GlobalAveragePool", "GlobalMaxPool"):
+            x = resolved(first_data(), op)
+            if len(x.shape) != 3 or x.layout != "nchw":
+                raise ImportFailure(f"{where}: needs an [N, C, H, W] input, gets per-sample {list(x.onnx_shape())}")
+            attrs = {"kernel": [x.shape[1], x.shape[2]], "stride": [1, 1], "padding": [0, 0, 0, 0]}
+            if op == "GlobalAveragePool":
+                attrs["count_include_pad"] = False
+            node = emit(n, "avgpool" if op == "GlobalAveragePool" else "maxpool", x, attrs)
+            data[out] = _Data(node["name"], (x.shape[0], 1, 1))
         elif op in ("Relu", "Tanh", "Sigmoid"):
             x = as_flat_or_map(resolved(first_data(), op))
             node = emit(n, op.lower(), x)

@@ -253,6 +253,8 @@ def _batchnorm(inputs, a, opset):
 
 OPS = {
     "BatchNormalization": _batchnorm,
+    "GlobalAveragePool": lambda i, a, o: [i[0].mean(axis=(2, 3), keepdims=True).astype(i[0].dtype)],
+    "GlobalMaxPool": lambda i, a, o: [i[0].max(axis=(2, 3), keepdims=True)],
     "Conv": lambda i, a, o: [conv(i[0], i[1], i[2] if len(i) > 2 else None, a)],
     "MaxPool": lambda i, a, o: [pool(i[0], a, "max")],
     "AveragePool": lambda i, a, o: [pool(i[0], a, "avg")],
