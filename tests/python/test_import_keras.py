@@ -302,11 +302,19 @@ def _error_case(tmp_path, kind):
     config, weights = lenet_keras(rng, keras22=False)
     layers = config["config"]["layers"]
     argv = []
-    if kind == "batchnorm":
-        layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=-1, momentum=0.99))
+    if kind == "layernorm":
+        layers.insert(2, kh.layer("LayerNormalization", "layer_normalization", axis=-1))
+        weights["layer_normalization"] = [(f"layer_normalization/{n}:0", np.ones(6, np.float32))
+                                          for n in ("gamma", "beta")]
+        want = "layer 'layer_normalization' (LayerNormalization): no format-v1 op"
+    elif kind == "batchnorm_unfoldable":
+        # After conv2d's tanh and before another tanh: no linear layer to fold the scale and shift into.
+        layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=-1, momentum=0.99,
+                                  epsilon=1e-3, center=True, scale=True))
+        layers.insert(3, kh.activation("bn_tanh", "tanh"))
         weights["batch_normalization"] = [(f"batch_normalization/{n}:0", np.ones(6, np.float32))
                                           for n in ("gamma", "beta", "moving_mean", "moving_variance")]
-        want = "layer 'batch_normalization' (BatchNormalization): no format-v1 op"
+        want = "layer 'bn_tanh' (Activation): follows layer 'batch_normalization' (BatchNormalization)"
     elif kind == "activation":
         layers[-1]["config"]["activation"] = "elu"
         want = "activation 'elu'"
@@ -334,7 +342,7 @@ def _error_case(tmp_path, kind):
     return src, argv, want
 
 
-@pytest.mark.parametrize("kind", ["batchnorm", "activation", "channels_first", "extra_weights", "kernel_shape",
+@pytest.mark.parametrize("kind", ["layernorm", "batchnorm_unfoldable", "activation", "channels_first", "extra_weights", "kernel_shape",
                                   "weights_only", "not_keras"])
 def test_errors_name_the_problem(tmp_path, capsys, kind):
     src, argv, want = _error_case(tmp_path, kind)
@@ -342,3 +350,105 @@ def test_errors_name_the_problem(tmp_path, capsys, kind):
     rc, o, e = run(capsys, "keras", src, "-o", out, *argv)
     assert rc == 1 and want in e, e
     assert not out.exists() and not (tmp_path / "x.safetensors").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Keras 3 files, written by hand in Keras 3's layout (the corpus, test_import_corpus.py, has real ones)
+
+def _k3_layer(cls, name, **config):
+    policy = {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": None}
+    return {"module": "keras.layers", "class_name": cls, "config": {"name": name, "trainable": True,
+                                                                    "dtype": policy, **config},
+            "registered_name": None}
+
+
+def keras3_zip(path, rng, with_weights=True):
+    """Keras 3 model.save('m.keras') of a notebook's third model: config names carry suffixes
+    (conv2d_12), the weights file uses Keras 3's class-and-position paths (layers/conv2d), and an
+    optimizer group sits beside the layers."""
+    import io
+    import json
+    import zipfile
+    layers = [{"module": "keras.layers", "class_name": "InputLayer",
+               "config": {"batch_shape": [None, 784], "dtype": "float32", "sparse": False, "name": "input_layer_3"},
+               "registered_name": None},
+              _k3_layer("Reshape", "reshape_2", target_shape=[28, 28, 1]),
+              _k3_layer("Rescaling", "rescaling_2", scale=1 / 255, offset=0.0),
+              _k3_layer("Conv2D", "conv2d_12", filters=4, kernel_size=[3, 3], strides=[1, 1], padding="valid",
+                        data_format="channels_last", dilation_rate=[1, 1], groups=1, activation="linear",
+                        use_bias=True),
+              _k3_layer("BatchNormalization", "batch_normalization_5", axis=-1, epsilon=1e-3, center=True,
+                        scale=True),
+              _k3_layer("Activation", "activation_3", activation="relu"),
+              _k3_layer("MaxPooling2D", "max_pooling2d_4", pool_size=[2, 2], strides=[2, 2], padding="valid",
+                        data_format="channels_last"),
+              _k3_layer("Dropout", "dropout_9", rate=0.5),
+              _k3_layer("Flatten", "flatten_6", data_format="channels_last"),
+              _k3_layer("Dense", "dense_7", units=10, activation="softmax", use_bias=True)]
+    config = {"module": "keras", "class_name": "Sequential",
+              "config": {"name": "sequential_3", "trainable": True, "layers": layers}, "registered_name": None}
+    weights = {"conv2d": [rand(rng, 3, 3, 1, 4), rand(rng, 4, scale=0.1)],
+               "batch_normalization": [1 + rand(rng, 4, scale=0.2), rand(rng, 4, scale=0.1), rand(rng, 4, scale=0.1),
+                                       1 + np.abs(rand(rng, 4, scale=0.2))],
+               "dense": [rand(rng, 13 * 13 * 4, 10, scale=0.1), rand(rng, 10, scale=0.1)]}
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f.create_group("vars")
+        for key in ("reshape", "rescaling", "conv2d", "batch_normalization", "activation", "max_pooling2d",
+                    "dropout", "flatten", "dense"):
+            g = f.create_group(f"layers/{key}/vars")
+            for i, arr in enumerate(weights.get(key, []) if with_weights or key != "dense" else []):
+                g.create_dataset(str(i), data=arr)
+        opt = f.create_group("optimizer/vars")
+        opt.create_dataset("0", data=np.zeros((), np.int64))
+        opt.create_dataset("1", data=np.zeros((3, 3, 1, 4), np.float32))
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.4.1", "date_saved": "2024-07-01@10:00:00"}))
+        z.writestr("config.json", json.dumps(config))
+        z.writestr("model.weights.h5", buf.getvalue())
+    return config, weights
+
+
+def test_keras3_zip_weights_by_class_paths(tmp_path, capsys):
+    rng = np.random.default_rng(20)
+    config, weights = keras3_zip(tmp_path / "m.keras", rng)
+    out = tmp_path / "m.json"
+    rc, o, e = run(capsys, "keras", tmp_path / "m.keras", "-o", out, "--check-count", "64")
+    assert rc == 0 and "check passed" in o, o + e
+    model = mf.read_model(out)
+    g = model.graph
+    # The flat 784 input is the raw [1, 28, 28] image; Rescaling(1/255) is the input's scale (the
+    # model's users feed raw pixels, so the user's own scale defaults to 1).
+    assert g["input"]["shape"] == [1, 28, 28]
+    assert g["input"]["preprocess"]["scale"] == float(np.float32(1 / 255))
+    assert [n["op"] for n in g["nodes"]] == ["conv2d", "relu", "maxpool", "flatten", "dense", "softmax"]
+    # BatchNormalization folded into conv2d_12: w * s, b * s + t.
+    gamma, beta, mean, var = (w.astype(np.float64) for w in weights["batch_normalization"])
+    s = gamma / np.sqrt(var + 1e-3)
+    np.testing.assert_allclose(model.tensors["conv2d_12.weight"],
+                               weights["conv2d"][0].transpose(3, 2, 0, 1) * s[:, None, None, None], rtol=1e-6)
+    np.testing.assert_allclose(model.tensors["conv2d_12.bias"], weights["conv2d"][1] * s + beta - mean * s,
+                               rtol=1e-5, atol=1e-7)
+    # The dense rows reordered from Keras' NHWC flatten to the engine's CHW flatten.
+    np.testing.assert_array_equal(model.tensors["dense_7.weight"],
+                                  weights["dense"][0][keras_import.nhwc_to_chw_rows(13, 13, 4)].T)
+
+
+def test_keras3_zip_missing_weights_is_named(tmp_path, capsys):
+    keras3_zip(tmp_path / "m.keras", np.random.default_rng(21), with_weights=False)
+    rc, o, e = run(capsys, "keras", tmp_path / "m.keras", "-o", tmp_path / "m.json")
+    assert rc == 1 and "layer 'dense_7' (Dense) has weights but" in e, e
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_keras3_weight_paths_follow_class_and_position():
+    config = {"class_name": "Sequential", "config": {"layers": [
+        {"class_name": "InputLayer", "config": {"name": "input_layer_4"}},
+        {"class_name": "Conv2D", "config": {"name": "conv2d_9"}},
+        {"class_name": "Conv2D", "config": {"name": "conv2d_10"}},
+        {"class_name": "MaxPooling2D", "config": {"name": "max_pooling2d_1"}},
+        {"class_name": "Dense", "config": {"name": "dense_3"}}]}}
+    layers = config["config"]["layers"]
+    assert keras_import.keras3_weight_paths(config, layers) == [None, "conv2d", "conv2d_1", "max_pooling2d", "dense"]
+    functional = {"class_name": "Functional", "config": {"layers": layers}}
+    assert keras_import.keras3_weight_paths(functional, layers)[0] == "input_layer"

@@ -224,7 +224,7 @@ class Unsupported(nn.Module):
         if k == "LeakyRelu":
             x = nn.functional.leaky_relu(x, 0.1)
         elif k == "Mul":
-            x = x * 2.0
+            x = torch.relu(x) * 2.0
         elif k == "Resize":
             x = nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
         elif k == "group":
@@ -240,7 +240,7 @@ class Unsupported(nn.Module):
 
 @pytest.mark.parametrize("kind,want", [
     ("LeakyRelu", "(op LeakyRelu, output '/LeakyRelu_output_0'): op LeakyRelu is not supported"),
-    ("Mul", "op Mul is not supported"),
+    ("Mul", "(op Mul, output '/Mul_output_0'): a constant Mul is only supported right after a Conv or Gemm/MatMul"),
     ("Resize", "op Resize is not supported"),
     ("group", "(op Conv, output '/grouped/Conv_output_0'): group=2 is not supported"),
     ("ceil_mode", "(op MaxPool, output '/MaxPool_output_0'): ceil_mode=1 is not supported"),
@@ -261,3 +261,73 @@ def test_not_onnx(tmp_path, capsys):
     bad.write_bytes(b"\x00not a protobuf at all\xff" * 10)
     rc, o, e = run(capsys, "onnx", bad, "-o", tmp_path / "x.json")
     assert rc == 1 and "not a readable ONNX model" in e
+
+
+# --------------------------------------------------------------------------------------------------
+# Channels-last graphs (tf2onnx, keras2onnx) and constants folded into the node before them
+
+def _channels_last_model(rng, no_channel=False, extra=None):
+    """tf2onnx's pattern: [N, 6, 6, 1] -> Transpose(0,3,1,2) -> Conv (no bias) -> Add [C,1,1]
+    (CNTK's separate bias) -> Relu -> Transpose(0,2,3,1) -> Reshape [N, -1] from Shape/Gather/
+    Unsqueeze/Concat -> MatMul -> Add. `no_channel`: a [1, 6, 6] input Reshaped to [1, 6, 6, 1]."""
+    w = (rng.standard_normal((3, 1, 3, 3)) * 0.5).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "W"),
+             numpy_helper.from_array((rng.standard_normal((3, 1, 1)) * 0.1).astype(np.float32), "B"),
+             numpy_helper.from_array((rng.standard_normal((4 * 4 * 3, 5)) * 0.3).astype(np.float32), "D"),
+             numpy_helper.from_array((rng.standard_normal(5) * 0.1).astype(np.float32), "DB"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+             numpy_helper.from_array(np.array([1, 6, 6, 1], np.int64), "nhwc1")]
+    nodes, src = [], "x"
+    if no_channel:
+        nodes.append(helper.make_node("Reshape", ["x", "nhwc1"], ["x4"], name="reshape_in"))
+        src = "x4"
+    nodes += [helper.make_node("Transpose", [src], ["t"], perm=[0, 3, 1, 2], name="to_nchw"),
+              helper.make_node("Conv", ["t", "W"], ["c"], kernel_shape=[3, 3], name="conv"),
+              helper.make_node("Add", ["c", "B"], ["cb"], name="conv_bias"),
+              helper.make_node("Relu", ["cb"], ["r"], name="relu")]
+    last = "r"
+    if extra == "bn_after_relu":
+        inits += [numpy_helper.from_array(np.full(3, v, np.float32), n) for v, n in
+                  ((1.5, "g"), (0.1, "b"), (0.2, "m"), (2.0, "v"))]
+        nodes.append(helper.make_node("BatchNormalization", ["r", "g", "b", "m", "v"], ["bn"], name="bn"))
+        last = "bn"
+    nodes += [helper.make_node("Transpose", [last], ["h"], perm=[0, 2, 3, 1], name="to_nhwc"),
+              helper.make_node("Shape", ["h"], ["s"], name="shape"),
+              helper.make_node("Gather", ["s", "zero"], ["n"], axis=0, name="batch"),
+              helper.make_node("Unsqueeze", ["n"], ["n1"], axes=[0], name="unsq"),
+              helper.make_node("Concat", ["n1", "minus_one"], ["target"], axis=0, name="target"),
+              helper.make_node("Reshape", ["h", "target"], ["f"], name="flatten"),
+              helper.make_node("MatMul", ["f", "D"], ["mm"], name="dense"),
+              helper.make_node("Add", ["mm", "DB"], ["y"], name="dense_bias")]
+    shape = [1, 6, 6] if no_channel else ["N", 6, 6, 1]
+    g = helper.make_graph(nodes, "nhwc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [shape[0], 5])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)], producer_name="tf2onnx"), inits
+
+
+@pytest.mark.parametrize("no_channel", [False, True])
+def test_channels_last_graph(tmp_path, capsys, no_channel):
+    model, inits = _channels_last_model(np.random.default_rng(30), no_channel)
+    src = tmp_path / "nhwc.onnx"
+    onnx.save(model, src)
+    out = tmp_path / "nhwc.json"
+    rc, o, e = run(capsys, "onnx", src, "-o", out, "--check-count", "64")
+    assert_checked(rc, o, e)
+    m = mf.read_model(out)
+    assert m.graph["input"]["shape"] == [1, 6, 6]
+    assert [n["op"] for n in m.graph["nodes"]] == ["conv2d", "relu", "flatten", "dense"]
+    arrays = {t.name: numpy_helper.to_array(t) for t in inits}
+    np.testing.assert_array_equal(m.tensors["conv.bias"], arrays["B"].reshape(-1))   # the Add became the bias
+    perm = np.arange(4 * 4 * 3).reshape(4, 4, 3).transpose(2, 0, 1).reshape(-1)
+    np.testing.assert_array_equal(m.tensors["dense.weight"], arrays["D"].T[:, perm])  # NHWC columns reordered
+    assert not np.array_equal(m.tensors["dense.weight"], arrays["D"].T)
+
+
+def test_batchnorm_that_cannot_fold_is_named(tmp_path, capsys):
+    model, _ = _channels_last_model(np.random.default_rng(31), extra="bn_after_relu")
+    src = tmp_path / "bn.onnx"
+    onnx.save(model, src)
+    rc, o, e = run(capsys, "onnx", src, "-o", tmp_path / "bn.json")
+    assert rc == 1 and "ONNX node 'bn' (op BatchNormalization" in e and "only supported right after a Conv" in e, e
+    assert not (tmp_path / "bn.json").exists()

@@ -69,7 +69,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                                         "(default: seeded random inputs)")
     p.add_argument("--check-count", type=int, default=256, help="samples in the check batch")
     p.add_argument("--tolerance", type=float, default=export.DEFAULT_TOLERANCE,
-                   help="largest max-abs difference of the first output that passes")
+                   help="relative bound of the check: the first output passes when max |diff| <= "
+                        "TOLERANCE * max(1, max |reference|) (default %(default)g)")
     p.add_argument("--no-engine", action="store_true", help="do not run the engine in the check")
 
 

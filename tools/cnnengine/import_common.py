@@ -91,13 +91,16 @@ def _raw_shape(args, like, model_shape: tuple[int, ...]) -> tuple[tuple[int, ...
     return tuple(model_shape), "default (the model's input size)"
 
 
-def input_spec(args, like, model_shape: tuple[int, ...], what: str) -> tuple[dict, list[int]]:
+def input_spec(args, like, model_shape: tuple[int, ...], what: str,
+               default_scale: float | None = None) -> tuple[dict, list[int]]:
     """The graph's `input` object for a model whose first layer sees `model_shape` (C, H, W, or
     (K,) for a flat input that a leading flatten node produces from the raw [C, H, W] sample).
 
     The padding is --pad when given, else the difference between the model's input size and the
     raw image size (--input-shape, --like, --check-data's images, else 28x28 for a one-channel
     model of at least 28x28, else the model's own size), split evenly between the sides.
+    The scale is --scale, else --like's, else `default_scale` (an importer passes 1.0 for a model
+    that rescales raw pixels itself), else 1/255.
     Returns (spec, pad) where pad = [top, bottom, left, right] is the part the user's own
     preprocessing applies before the model (the source framework's input has that padding)."""
     if getattr(args, "input_dtype", "uint8") != "uint8":
@@ -162,6 +165,8 @@ def input_spec(args, like, model_shape: tuple[int, ...], what: str) -> tuple[dic
         scale = float(np.float32(args.scale))
     elif "scale" in base:
         scale = float(base["scale"])
+    elif default_scale is not None:
+        scale = float(np.float32(default_scale))
     else:
         scale = float(np.float32(1.0 / 255.0))
     pre = {"scale": scale, "mean": per_channel(getattr(args, "mean", None), "mean", 0.0),

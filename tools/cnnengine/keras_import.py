@@ -24,8 +24,13 @@ the layers) next to the exported graph.
 """
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
+import os
 import pathlib
+import re
+import zipfile
 
 import numpy as np
 
@@ -33,7 +38,8 @@ from . import import_common as ic
 from .import_common import ImportFailure
 from .model_format import topological_order, validate
 
-CONV_LIKE = ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D")
+CONV_LIKE = ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D", "GlobalAveragePooling2D",
+             "GlobalMaxPooling2D")
 ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "softmax": "softmax"}
 
 
@@ -60,11 +66,79 @@ def _attr_strings(obj, name: str) -> list[str] | None:
 
 
 class KerasFile:
-    """The parts of a Keras HDF5 file the importer needs."""
+    """The parts of a Keras file the importer needs: the architecture (`config`, Keras' JSON) and
+    the weights (`layers`: per layer that has weights, (layer name, {weight name: array}, weight
+    names in Keras' variable order)).
+
+    A `.keras` file (Keras 3's zip) is read by `_read_keras_zip`; anything else as HDF5."""
 
     def __init__(self, path, arch: str | None = None):
-        import h5py
         self.path = pathlib.Path(path)
+        self.layers: list[tuple[str, dict[str, np.ndarray], list[str]]] = []
+        self.config = None
+        self.config_origin = None
+        self.keras3_zip = False
+        if zipfile.is_zipfile(self.path):
+            self._read_keras_zip()
+            return
+        self._read_h5(arch)
+
+    def _read_keras_zip(self):
+        """Keras 3 `model.save('m.keras')`: config.json, metadata.json, model.weights.h5. The weights
+        are stored under `layers/<class in snake_case>[_N]/vars/<i>`, the N counting earlier layers
+        of the same class in `model.layers` (keras/src/saving/saving_lib.py, _save_container_state):
+        names derived from each layer's class and position, not the config's layer names (which
+        differ, e.g. conv2d_12, when a notebook built several models). The weights are therefore
+        assigned to the config's layers by that same scheme (`keras3_weight_paths`); an `optimizer`
+        group beside `layers` is training state and ignored."""
+        import h5py
+        where = str(self.path)
+        self.keras3_zip = True
+        self.kind = "Keras 3 .keras zip"
+        try:
+            with zipfile.ZipFile(self.path) as z:
+                names = set(z.namelist())
+                for need in ("config.json", "model.weights.h5"):
+                    if need not in names:
+                        raise ImportFailure(f"{where}: a .keras zip without {need} (it holds {', '.join(sorted(names))})")
+                self.config = json.loads(z.read("config.json").decode("utf8"))
+                meta = json.loads(z.read("metadata.json").decode("utf8")) if "metadata.json" in names else {}
+                weights_bytes = z.read("model.weights.h5")
+        except (zipfile.BadZipFile, ValueError, KeyError) as e:
+            raise ImportFailure(f"{where}: not a readable .keras zip ({e})") from None
+        self.keras_version = str(meta.get("keras_version", "3 (no metadata.json)"))
+        self.config_origin = f"{self.path.name}: config.json"
+        try:
+            f = h5py.File(io.BytesIO(weights_bytes), "r")
+        except OSError as e:
+            raise ImportFailure(f"{where}: model.weights.h5 is not readable HDF5 ({e})") from None
+        with f:
+            stored: dict[str, list[np.ndarray]] = {}
+            if "layers" in f:
+                for key, grp in f["layers"].items():
+                    vars_ = grp["vars"] if "vars" in grp else {}
+                    if any(k for k in grp.keys() if k != "vars"):
+                        raise ImportFailure(f"{where}: weights group 'layers/{key}' holds nested layers "
+                                            f"({', '.join(k for k in grp.keys() if k != 'vars')}): nested "
+                                            "models and layers with sublayers are not supported")
+                    stored[key] = [np.asarray(vars_[k]) for k in sorted(vars_.keys(), key=int)]
+        layers = _layer_list(self.config, self.config_origin)[1]
+        used = set()
+        for lay, path in zip(layers, keras3_weight_paths(self.config, layers)):
+            lname = _layer_name(lay)
+            arrays = stored.get(path, [])
+            used.add(path)
+            if arrays:
+                names = [f"{path}/vars/{i}" for i in range(len(arrays))]
+                self.layers.append((lname, dict(zip(names, arrays)), names))
+        left = sorted(k for k in stored if k not in used and stored[k])
+        if left:
+            raise ImportFailure(f"{where}: model.weights.h5 holds weights for {', '.join('layers/' + k for k in left)}, "
+                                "which no layer of config.json uses")
+
+    def _read_h5(self, arch):
+        import h5py
+        path = self.path
         try:
             f = h5py.File(self.path, "r")
         except OSError as e:
@@ -74,15 +148,18 @@ class KerasFile:
                 group, self.kind = f["model_weights"], "full model"
             elif _attr_strings(f, "layer_names") is not None:
                 group, self.kind = f, "weights only"
+            elif "layers" in f and "vars" in f:
+                raise ImportFailure(f"{path}: a Keras 3 weights file (model.save_weights('*.weights.h5')); "
+                                    "export the whole model (model.save('m.keras')) and import that")
             else:
                 raise ImportFailure(f"{path}: not a Keras HDF5 file: it has neither a 'model_weights' group "
                                     "(model.save) nor a 'layer_names' attribute (model.save_weights)")
             self.keras_version = _text(group.attrs.get("keras_version", f.attrs.get("keras_version", "unknown")))
-            self.layers: list[tuple[str, dict[str, np.ndarray], list[str]]] = []
             for lname in _attr_strings(group, "layer_names"):
                 if lname not in group:
                     raise ImportFailure(f"{path}: layer_names lists '{lname}' but the file has no group of that name")
-                names = _attr_strings(group[lname], "weight_names") or []
+                # Keras 3 writes an empty float64 array for a layer without weights.
+                names = [n for n in (_attr_strings(group[lname], "weight_names") or []) if n]
                 if not names:
                     continue
                 arrays = {}
@@ -91,8 +168,6 @@ class KerasFile:
                         raise ImportFailure(f"{path}: layer '{lname}' lists weight '{wn}' but has no such dataset")
                     arrays[wn] = np.asarray(group[lname][wn])
                 self.layers.append((lname, arrays, names))
-            self.config = None
-            self.config_origin = None
             if arch is not None:
                 try:
                     self.config = json.loads(pathlib.Path(arch).read_text(encoding="utf8"))
@@ -131,54 +206,136 @@ def _kernel_bias(lname: str, arrays: dict[str, np.ndarray], names: list[str], wh
 # --------------------------------------------------------------------------------------------------
 # The architecture
 
+def _layer_name(lay: dict) -> str:
+    return lay.get("config", {}).get("name") or lay.get("name") or lay.get("class_name", "?")
+
+
+def _endpoints(v) -> list[str]:
+    """input_layers / output_layers: Keras 2 [[name, 0, 0], ...]; Keras 3 [name, 0, 0] for one."""
+    if not v:
+        return []
+    if isinstance(v[0], str):
+        return [v[0]]
+    return [e[0] for e in v]
+
+
+def _inbound_sources(node, lname: str, where: str) -> list[str]:
+    """The layers one call of a layer reads, in argument order (Keras 2 and Keras 3 serializations)."""
+    if isinstance(node, dict):  # Keras 3: {"args": [...], "kwargs": {...}} with __keras_tensor__ leaves
+        out = []
+
+        def walk(x):
+            if isinstance(x, dict):
+                if x.get("class_name") == "__keras_tensor__":
+                    out.append(x["config"]["keras_history"][0])
+                else:
+                    for v in x.values():
+                        walk(v)
+            elif isinstance(x, (list, tuple)):
+                for v in x:
+                    walk(v)
+        walk(node.get("args", []))
+        kw = []
+        walk_target = node.get("kwargs", {})
+        before = len(out)
+        walk(walk_target)
+        kw = out[before:]
+        if kw:
+            raise ImportFailure(f"{where}: layer '{lname}' takes tensors as keyword arguments ({', '.join(kw)}); "
+                                "not supported")
+        return out
+    if isinstance(node, list):  # Keras 2: [[layer, node index, tensor index, kwargs], ...]
+        return [e[0] for e in node]
+    raise ImportFailure(f"{where}: layer '{lname}' has an inbound node of unknown form {node!r:.80}")
+
+
 def _layer_list(model_config: dict, where: str) -> tuple[str, list[dict]]:
     if not isinstance(model_config, dict) or "class_name" not in model_config or "config" not in model_config:
         raise ImportFailure(f"{where}: not a Keras model config (expected {{\"class_name\": ..., \"config\": ...}})")
     cls, cfg = model_config["class_name"], model_config["config"]
     if cls == "Sequential":
-        # Keras 2.2.3+ and tf.keras: {"name": ..., "layers": [...]}; older Keras 2: the list itself.
+        # Keras 2.2.3+, tf.keras and Keras 3: {"name": ..., "layers": [...]}; older Keras 2: the list itself.
         layers = cfg["layers"] if isinstance(cfg, dict) else cfg
         name = cfg.get("name", "sequential") if isinstance(cfg, dict) else "sequential"
         return name, list(layers)
     if cls in ("Model", "Functional"):
-        return cfg.get("name", "model"), _functional_chain(cfg, where)
-    raise ImportFailure(f"{where}: model class {cls!r} is not supported (Sequential, or a Functional model "
-                        "that is a chain of layers)")
+        return cfg.get("name", "model"), list(cfg["layers"])
+    raise ImportFailure(f"{where}: model class {cls!r} is not supported (Sequential or Functional; a subclassed "
+                        "model has no architecture in the file)")
 
 
-def _functional_chain(cfg: dict, where: str) -> list[dict]:
-    layers = cfg["layers"]
-    by_name = {lay.get("name", lay["config"].get("name")): lay for lay in layers}
-    ins, outs = cfg.get("input_layers", []), cfg.get("output_layers", [])
+def _graph(model_config: dict, where: str) -> tuple[list[dict], dict[str, list[str]], str, str | None]:
+    """(layers in an order where each comes after its inputs, layer name -> input layer names,
+    output layer name, the InputLayer's name or None when a Sequential model has none)."""
+    cls = model_config["class_name"]
+    _, layers = _layer_list(model_config, where)
+    for lay in layers:
+        if lay.get("class_name") in ("Sequential", "Functional", "Model"):
+            raise ImportFailure(f"{where}: layer '{_layer_name(lay)}' is a nested {lay['class_name']} model; "
+                                "nested models are not supported (rebuild the model flat)")
+    if cls == "Sequential":
+        names = [_layer_name(lay) for lay in layers]
+        inbound, prev = {}, None
+        for n in names:
+            inbound[n] = [prev] if prev is not None else []
+            prev = n
+        first_input = names[0] if layers and layers[0].get("class_name") == "InputLayer" else None
+        return layers, inbound, names[-1], first_input
+    cfg = model_config["config"]
+    by_name = {_layer_name(lay): lay for lay in layers}
+    ins, outs = _endpoints(cfg.get("input_layers")), _endpoints(cfg.get("output_layers"))
     if len(ins) != 1 or len(outs) != 1:
         raise ImportFailure(f"{where}: a Functional model with {len(ins)} inputs and {len(outs)} outputs; "
                             "only one of each is supported")
-    consumers: dict[str, list[str]] = {n: [] for n in by_name}
+    inbound = {}
     for name, lay in by_name.items():
         nodes = lay.get("inbound_nodes") or []
         if len(nodes) > 1:
             raise ImportFailure(f"{where}: layer '{name}' is called {len(nodes)} times "
                                 "(shared layers are not supported)")
-        for node in nodes:
-            if not isinstance(node, list) or len(node) != 1:
-                raise ImportFailure(f"{where}: layer '{name}' has {len(node) if isinstance(node, list) else '?'} "
-                                    "inputs; only chains of single-input layers are supported")
-            src = node[0][0]
-            if src not in consumers:
-                raise ImportFailure(f"{where}: layer '{name}' reads unknown layer '{src}'")
-            consumers[src].append(name)
-    chain, name = [], ins[0][0]
-    while True:
-        chain.append(by_name[name])
-        nxt = consumers[name]
-        if len(nxt) > 1:
-            raise ImportFailure(f"{where}: layer '{name}' feeds {', '.join(nxt)}: branches are not supported")
-        if not nxt:
-            break
-        name = nxt[0]
-    if name != outs[0][0] or len(chain) != len(by_name):
-        raise ImportFailure(f"{where}: the model is not a single chain from '{ins[0][0]}' to '{outs[0][0]}'")
-    return chain
+        srcs = _inbound_sources(nodes[0], name, where) if nodes else []
+        for s_ in srcs:
+            if s_ not in by_name:
+                raise ImportFailure(f"{where}: layer '{name}' reads unknown layer '{s_}'")
+        inbound[name] = srcs
+    # Topological order, keeping the config's order among independent layers.
+    order, done = [], set()
+    pending = list(by_name)
+    while pending:
+        progressed = False
+        for n in list(pending):
+            if all(s_ in done for s_ in inbound[n]):
+                order.append(by_name[n])
+                done.add(n)
+                pending.remove(n)
+                progressed = True
+        if not progressed:
+            raise ImportFailure(f"{where}: the layers form a cycle ({', '.join(pending)})")
+    return order, inbound, outs[0], ins[0]
+
+
+def keras3_weight_paths(model_config: dict, layers: list[dict]) -> list[str | None]:
+    """The `layers/<name>` group of each of `layers` (the config's list) in a Keras 3 weights file:
+    Keras names each entry of `model.layers` by its class in snake_case, with `_1`, `_2`, ... for
+    later layers of the same class (saving_lib._get_unique_name). Sequential.layers leaves out the
+    InputLayer, Functional.layers keeps it."""
+    used: dict[str, int] = {}
+    out = []
+    for lay in layers:
+        cls = lay.get("class_name", "")
+        if model_config["class_name"] == "Sequential" and cls == "InputLayer":
+            out.append(None)
+            continue
+        snake = re.sub(r"\W+", "", cls)
+        snake = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", snake)
+        snake = re.sub("([a-z])([A-Z])", r"\1_\2", snake).lower()
+        if snake in used:
+            used[snake] += 1
+            out.append(f"{snake}_{used[snake]}")
+        else:
+            used[snake] = 0
+            out.append(snake)
+    return out
 
 
 def _input_shape(layers: list[dict], model_config: dict, where: str) -> tuple[int, ...]:
@@ -225,73 +382,210 @@ def nhwc_to_chw_rows(h: int, w: int, c: int) -> np.ndarray:
     return np.arange(h * w * c).reshape(h, w, c).transpose(2, 0, 1).reshape(-1)
 
 
+@dataclasses.dataclass
+class _V:
+    """A Keras tensor during the conversion."""
+    fv: str                      # the format value that holds it
+    k: tuple                     # its Keras shape per sample: (H, W, C), or (K,)
+    e: tuple                     # the engine shape of `fv`: [C, H, W] or [K]
+    sole: bool = True            # only this Keras path reads `fv` (a BatchNormalization may rewrite its node)
+    hwc: tuple | None = None     # a flat value in Keras' NHWC flatten order of this (H, W, C) map
+    aff: tuple | None = None     # pending (scale, shift) over the last axis, to fold into the next linear layer
+    aff_from: str | None = None  # the layer(s) that affine came from, for messages
+    pad: list | None = None      # a ZeroPadding2D [t, b, l, r] waiting for the next Conv2D/AveragePooling2D
+
+
+IDENTITY_LAYERS = ("InputLayer", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "GaussianNoise",
+                   "GaussianDropout", "AlphaDropout", "ActivityRegularization")
+SUPPORTED_LAYERS = ("InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, "
+                    "ZeroPadding2D, Flatten, Reshape, Dense, "
+                    "Activation, ReLU, Softmax, BatchNormalization, Rescaling, Add, Dropout and the other "
+                    "inference no-ops (" + ", ".join(IDENTITY_LAYERS[2:]) + ")")
+AFFINE_REWRITE = ("format v1 has no per-channel scale-and-shift op, so a BatchNormalization or Rescaling is "
+                  "folded into the Conv2D/Dense just before it (one with activation 'linear', read by nothing "
+                  "else) or into the next Dense or 'valid' Conv2D (through Dropout, Flatten, AveragePooling2D "
+                  "and, for positive scales, MaxPooling2D); rewrite: move the activation after the "
+                  "BatchNormalization (Conv2D(activation=None), BatchNormalization, Activation)")
+
+
+def _bn_affine(c: dict, arrays: dict[str, np.ndarray], names: list[str], channels: int, where: str):
+    """(scale, shift) in float64 of an inference-mode BatchNormalization."""
+    roles = {_role(n): arrays[n] for n in names}
+    if not {"moving_mean", "moving_variance"} <= set(roles):
+        # Keras 3 .keras files number the variables: gamma (if scale), beta (if center), mean, variance.
+        order = (["gamma"] if c.get("scale", True) else []) + (["beta"] if c.get("center", True) else []) + \
+            ["moving_mean", "moving_variance"]
+        if len(order) != len(names):
+            raise ImportFailure(f"{where}: {len(names)} weights, expected {len(order)} ({', '.join(order)})")
+        roles = {r: arrays[n] for r, n in zip(order, names)}
+    for r, v in roles.items():
+        if v.shape != (channels,):
+            raise ImportFailure(f"{where}: {r} has shape {list(v.shape)}, the input has {channels} channels")
+    gamma = roles.get("gamma", np.ones(channels)).astype(np.float64)
+    beta = roles.get("beta", np.zeros(channels)).astype(np.float64)
+    # Keras computes (x - mean) * gamma / sqrt(var + eps) + beta; the scale and shift are that in one.
+    scale = gamma / np.sqrt(roles["moving_variance"].astype(np.float64) + float(c.get("epsilon", 1e-3)))
+    shift = beta - roles["moving_mean"].astype(np.float64) * scale
+    return scale, shift
+
+
+def _per_channel(v, n: int, what: str, where: str) -> np.ndarray:
+    arr = np.asarray(v if v is not None else 0.0, np.float64).reshape(-1)
+    if arr.size == 1:
+        return np.full(n, float(arr[0]))
+    if arr.size != n:
+        raise ImportFailure(f"{where}: {what} has {arr.size} values for {n} channels")
+    return arr
+
+
+def _leading_rescaling(layers, inbound, input_layer) -> dict | None:
+    """The Rescaling layer that the model input reaches through no-op layers and Reshapes only."""
+    consumers: dict[str, list[str]] = {}
+    for lay in layers:
+        for s_ in inbound[_layer_name(lay)]:
+            consumers.setdefault(s_, []).append(_layer_name(lay))
+    by_name = {_layer_name(lay): lay for lay in layers}
+    cur = input_layer if input_layer is not None else None
+    nxt = [_layer_name(layers[0])] if cur is None else consumers.get(cur, [])
+    while len(nxt) == 1:
+        lay = by_name[nxt[0]]
+        if lay["class_name"] == "Rescaling":
+            return lay
+        if lay["class_name"] not in IDENTITY_LAYERS + ("Reshape",):
+            return None
+        nxt = consumers.get(nxt[0], [])
+    return None
+
+
 def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, description: str | None):
-    """(graph, tensors, user_pad, keras_input_rank) from the file's architecture and weights."""
+    """(graph, tensors, user_spec, user_pad, keras_input_rank, weights by layer name) from the file's
+    architecture and weights. `user_spec` is the preprocessing the user's own code applies before the
+    Keras model (the graph's input spec also holds what a leading Rescaling layer does)."""
     where_model = kf.config_origin
-    _, layers = _layer_list(kf.config, where_model)
+    layers, inbound, out_layer, input_layer = _graph(kf.config, where_model)
     if not layers:
         raise ImportFailure(f"{where_model}: the model has no layers")
-    in_shape = _input_shape(layers, kf.config, where_model)
+    config_layers = _layer_list(kf.config, where_model)[1]
+    in_shape = _input_shape(config_layers if input_layer is None else
+                            [lay for lay in layers if _layer_name(lay) == input_layer], kf.config, where_model)
     rank = len(in_shape)
     if rank == 3:
-        shape = in_shape  # (H, W, C)
-        model_chw = (in_shape[2], in_shape[0], in_shape[1])
+        k_in, model_chw = in_shape, (in_shape[2], in_shape[0], in_shape[1])
     elif rank == 2:
-        shape = in_shape + (1,)
-        model_chw = (1,) + in_shape
+        k_in, model_chw = in_shape + (1,), (1,) + in_shape  # a [H, W] matrix is one channel
     else:
-        shape = in_shape
-        model_chw = in_shape
-    spec, user_pad = ic.input_spec(args, like, model_chw, "the Keras model")
+        k_in, model_chw = in_shape, in_shape
+    rescale_layer = _leading_rescaling(layers, inbound, input_layer)
+    # A model that rescales its own input is fed raw pixel values (0..255) by its users.
+    spec, user_pad = ic.input_spec(args, like, model_chw, "the Keras model",
+                                   default_scale=1.0 if rescale_layer is not None else None)
+    user_spec = json.loads(json.dumps(spec))
     input_pad = list(user_pad)
+    e_in = tuple(spec["shape"]) if rank == 1 else model_chw
+
+    consumers: dict[str, int] = {}
+    for lay in layers:
+        for s_ in inbound[_layer_name(lay)]:
+            consumers[s_] = consumers.get(s_, 0) + 1
+    consumers[out_layer] = consumers.get(out_layer, 0) + 1
+
+    # Weights: by layer name when the file's names are the config's (model.save), else by position
+    # among the layers that have weights (a weights-only file with a renamed architecture).
+    weighted_classes = ("Conv2D", "Dense", "BatchNormalization")
+    config_names = [_layer_name(lay) for lay in config_layers]
+    file_names = [w[0] for w in kf.layers]
+    if set(file_names) <= set(config_names):
+        by_layer = {w[0]: w for w in kf.layers}
+    else:
+        slots = [_layer_name(lay) for lay in config_layers if lay.get("class_name") in weighted_classes]
+        if len(slots) != len(kf.layers):
+            raise ImportFailure(f"{kf.path} holds weights for {len(kf.layers)} layers, the architecture uses "
+                                f"{len(slots)} ({', '.join(file_names)} vs {', '.join(slots)})")
+        by_layer = dict(zip(slots, kf.layers))
+    used_weights: set[str] = set()
 
     nodes: list[dict] = []
     tensors: dict[str, np.ndarray] = {}
+    node_by_name: dict[str, dict] = {}
     taken = {spec["name"]}
-    cur = spec["name"]
-    nhwc_flat = None  # (H, W, C) while the current flat value is in Keras' (h, w, c) order
-    pending_pad = None
-    weights = list(kf.layers)
-    used_weights = 0
+    values: dict[str, _V] = {}
+    rescale_fold = None  # (scale, offset) per channel of a leading Rescaling, folded into preprocessing
 
-    def add(lname, op, attrs=None, params=None, fallback=None):
-        nonlocal cur
+    def emit(lname, op, inputs, attrs=None, params=None, fallback=None):
         nname = ic.node_name(lname, fallback or op, taken)
-        ic.append_node(nodes, tensors, nname, op, [cur], attrs, params)
-        cur = nname
+        node_by_name[nname] = ic.append_node(nodes, tensors, nname, op, inputs, attrs, params)
         return nname
 
-    def add_activation(lname, act):
-        if act != "linear":
-            if ACTIVATIONS[act] == "softmax" and len(shape) != 1:
-                raise ImportFailure(f"layer '{lname}': softmax over a {len(shape)}-D map is not supported")
-            add(f"{lname}_{act}", ACTIVATIONS[act])
+    def weights_of(lname, cls):
+        if lname not in by_layer:
+            raise ImportFailure(f"layer '{lname}' ({cls}) has weights but {kf.path} holds none for it")
+        used_weights.add(lname)
+        return by_layer[lname]
 
-    def next_weights(lname, cls):
-        nonlocal used_weights
-        if used_weights >= len(weights):
-            raise ImportFailure(f"layer '{lname}' ({cls}) has weights but {kf.path} holds weights for only "
-                                f"{len(weights)} layer(s)")
-        wname, arrays, names = weights[used_weights]
-        used_weights += 1
-        return _kernel_bias(wname, arrays, names, f"{kf.path}")
+    def flat_value(v: _V, lname) -> _V:
+        """`v` as a rank-1 engine value (a flatten node when the engine holds a map)."""
+        if len(v.e) == 1:
+            return v
+        node = emit("flatten", "flatten", [v.fv])
+        return dataclasses.replace(v, fv=node, e=(int(np.prod(v.e)),), sole=True)
 
-    if rank == 1:
-        add("flatten", "flatten")  # the raw [C, H, W] image to the model's flat input
+    def fold_affine_into(v: _V, kernel, bias, where, conv_valid=None):
+        """Kernel and bias (Keras layouts) of the linear layer after a pending affine."""
+        scale, shift = v.aff
+        k64 = kernel.astype(np.float64)
+        b64 = np.zeros(kernel.shape[-1]) if bias is None else bias.astype(np.float64)
+        if kernel.ndim == 2:  # Dense [in, out]: W (s*x + t) + b
+            new_k, new_b = k64 * scale[:, None], b64 + shift @ k64
+        else:  # Conv2D HWIO without padding: each input channel scaled and shifted
+            if not conv_valid:
+                raise ImportFailure(f"{where}: cannot take the scale and shift of {v.aff_from}: its padding "
+                                    f"would see shifted zeros; {AFFINE_REWRITE}")
+            new_k, new_b = k64 * scale[None, None, :, None], b64 + np.einsum("hwio,i->o", k64, shift)
+        return new_k.astype(np.float32), new_b.astype(np.float32)
+
+    def add_act(lname, act, v: _V) -> _V:
+        if act == "linear":
+            return v
+        if act == "softmax" and len(v.k) != 1:
+            raise ImportFailure(f"layer '{lname}': softmax over a {len(v.k)}-D map is not supported")
+        node = emit(f"{lname}_{act}", ACTIVATIONS[act], [v.fv])
+        return dataclasses.replace(v, fv=node, sole=True)
+
+    if input_layer is None:  # a Sequential model whose first layer states the input shape
+        input_layer = "<input>"
+        inbound[_layer_name(layers[0])] = [input_layer]
+        consumers[input_layer] = 1
+    values[input_layer] = _V(spec["name"], k_in, e_in)
 
     for lay in layers:
         cls, c = lay.get("class_name"), lay.get("config", {})
-        lname = c.get("name", cls)
+        lname = _layer_name(lay)
         where = f"layer '{lname}' ({cls})"
+        srcs = inbound[lname]
         if c.get("data_format", "channels_last") != "channels_last":
             raise ImportFailure(f"{where}: data_format {c['data_format']!r}; only channels_last is supported")
-        if cls in ("InputLayer", "Dropout", "SpatialDropout2D", "GaussianNoise", "GaussianDropout", "AlphaDropout"):
-            continue  # no-ops at inference
-        if cls in CONV_LIKE and len(shape) != 3:
-            raise ImportFailure(f"{where}: needs a [H, W, C] input, gets {list(shape)}")
-        pad_here, pending_pad = pending_pad, None
-        if pad_here is not None and cls not in ("Conv2D", "AveragePooling2D"):
+        if cls == "InputLayer":
+            continue
+        ins = [values[s_] for s_ in srcs]
+        alone = all(consumers.get(s_, 0) == 1 for s_ in srcs)
+        if len(ins) != 1 and cls not in ("Add", "Concatenate"):
+            raise ImportFailure(f"{where}: reads {len(ins)} tensors; only Add and Concatenate take several")
+        v = ins[0] if ins else None
+        if cls not in ("Add", "Concatenate"):
+            v = dataclasses.replace(v, sole=v.sole and alone)
+        if v is not None and v.aff is not None and cls not in IDENTITY_LAYERS + (
+                "BatchNormalization", "Rescaling", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten",
+                "GlobalAveragePooling2D", "GlobalMaxPooling2D"):
+            raise ImportFailure(f"{where}: follows {v.aff_from}, which cannot be folded into it; {AFFINE_REWRITE}")
+        if v is not None and v.pad is not None and cls not in ("Conv2D", "AveragePooling2D") + IDENTITY_LAYERS:
             raise ImportFailure(f"{where}: a ZeroPadding2D can only precede Conv2D or AveragePooling2D here")
+
+        if cls in IDENTITY_LAYERS:
+            values[lname] = v
+            continue
+        if cls in CONV_LIKE and len(v.k) != 3:
+            raise ImportFailure(f"{where}: needs a [H, W, C] input, gets {list(v.k)}")
+
         if cls == "ZeroPadding2D":
             p = c.get("padding", 1)
             if isinstance(p, int):
@@ -299,23 +593,28 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             else:
                 (t, b), (l, r) = (_pair(p[0], "padding", where), _pair(p[1], "padding", where)) \
                     if isinstance(p[0], (list, tuple)) else ((p[0], p[0]), (p[1], p[1]))
-            if pad_here is not None:
+            if v.pad is not None:
                 raise ImportFailure(f"{where}: two ZeroPadding2D layers in a row are not supported")
-            if not nodes:
-                input_pad = [a + v for a, v in zip(input_pad, (t, b, l, r))]
+            if v.aff is not None:
+                raise ImportFailure(f"{where}: follows {v.aff_from}; {AFFINE_REWRITE}")
+            k_new = (v.k[0] + t + b, v.k[1] + l + r, v.k[2])
+            if v.fv == spec["name"] and not nodes and v.sole and rescale_fold is None:
+                input_pad = [a_ + q for a_, q in zip(input_pad, (t, b, l, r))]
+                values[lname] = _V(spec["name"], k_new, (k_new[2], k_new[0], k_new[1]))
             else:
-                pending_pad = [t, b, l, r]
-            shape = (shape[0] + t + b, shape[1] + l + r, shape[2])
+                values[lname] = dataclasses.replace(v, k=k_new, pad=[t, b, l, r])
             continue
         if cls == "Conv2D":
             if _pair(c.get("dilation_rate", 1), "dilation_rate", where) != (1, 1) or c.get("groups", 1) != 1:
                 raise ImportFailure(f"{where}: only dilation_rate 1 and groups 1 are supported")
-            kernel, bias = next_weights(lname, cls)
+            wname, arrays, names = weights_of(lname, cls)
+            kernel, bias = _kernel_bias(wname, arrays, names, f"{kf.path}")
             kh, kw = _pair(c["kernel_size"], "kernel_size", where)
             sh, sw = _pair(c.get("strides", 1), "strides", where)
-            if kernel.shape != (kh, kw, shape[2], c["filters"]):
+            h, w, ch = v.k
+            if kernel.shape != (kh, kw, ch, c["filters"]):
                 raise ImportFailure(f"{where}: kernel has shape {list(kernel.shape)}, the layer needs "
-                                    f"{[kh, kw, shape[2], c['filters']]} (HWIO)")
+                                    f"{[kh, kw, ch, c['filters']]} (HWIO)")
             if c.get("use_bias", True) != (bias is not None):
                 raise ImportFailure(f"{where}: use_bias is {c.get('use_bias', True)} but the file "
                                     f"{'has no' if bias is None else 'has a'} bias")
@@ -323,114 +622,253 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             if padding == "valid":
                 pads = [0, 0, 0, 0]
             elif padding == "same":
-                pads = list(_same(shape[0], kh, sh) + _same(shape[1], kw, sw))
+                pads = list(_same(h, kh, sh) + _same(w, kw, sw))
             else:
                 raise ImportFailure(f"{where}: padding {padding!r} is not supported (valid, same)")
-            # `shape` already includes a pending ZeroPadding2D, which the node's padding absorbs.
-            oh = (shape[0] + pads[0] + pads[1] - kh) // sh + 1
-            ow = (shape[1] + pads[2] + pads[3] - kw) // sw + 1
-            if pad_here:
-                pads = [a + v for a, v in zip(pads, pad_here)]
-            add(lname, "conv2d", {"out_channels": int(c["filters"]), "kernel": [kh, kw], "stride": [sh, sw],
-                                  "padding": pads},
-                {"weight": kernel.transpose(3, 2, 0, 1), "bias": bias})  # HWIO -> OIHW
-            shape = (oh, ow, int(c["filters"]))
-            add_activation(lname, _act_name(c.get("activation", "linear"), where))
+            oh = (h + pads[0] + pads[1] - kh) // sh + 1
+            ow = (w + pads[2] + pads[3] - kw) // sw + 1
+            if v.aff is not None:
+                kernel, bias = fold_affine_into(v, kernel, bias, where,
+                                                conv_valid=padding == "valid" and v.pad is None)
+            if v.pad:  # `v.k` already includes the pending ZeroPadding2D, which the node's padding absorbs
+                pads = [a_ + q for a_, q in zip(pads, v.pad)]
+            node = emit(lname, "conv2d", [v.fv], {"out_channels": int(c["filters"]), "kernel": [kh, kw],
+                                                  "stride": [sh, sw], "padding": pads},
+                        {"weight": kernel.transpose(3, 2, 0, 1), "bias": bias})  # HWIO -> OIHW
+            out = _V(node, (oh, ow, int(c["filters"])), (int(c["filters"]), oh, ow))
+            values[lname] = add_act(lname, _act_name(c.get("activation", "linear"), where), out)
+        elif cls in ("GlobalAveragePooling2D", "GlobalMaxPooling2D"):
+            # A pool whose window is the whole map: exactly an avgpool/maxpool node.
+            h, w, ch = v.k
+            is_max = cls == "GlobalMaxPooling2D"
+            if is_max and v.aff is not None and not np.all(v.aff[0] > 0):
+                raise ImportFailure(f"{where}: follows {v.aff_from} with a negative or zero scale, which does "
+                                    f"not commute with max pooling; {AFFINE_REWRITE}")
+            if v.pad is not None:
+                raise ImportFailure(f"{where}: a ZeroPadding2D before global pooling is not supported")
+            attrs = {"kernel": [h, w], "stride": [1, 1], "padding": [0, 0, 0, 0]}
+            if not is_max:
+                attrs["count_include_pad"] = False
+            node = emit(lname, "maxpool" if is_max else "avgpool", [v.fv], attrs)
+            pooled = _V(node, (1, 1, ch), (ch, 1, 1), aff=v.aff, aff_from=v.aff_from)
+            if c.get("keepdims", False):
+                values[lname] = pooled
+            else:  # [C]: the flatten of a 1x1 map has the same order in Keras and the engine
+                values[lname] = dataclasses.replace(pooled, fv=emit(f"{lname}_flatten", "flatten", [node]),
+                                                    k=(ch,), e=(ch,))
         elif cls in ("MaxPooling2D", "AveragePooling2D"):
             kh, kw = _pair(c.get("pool_size", 2), "pool_size", where)
             sh, sw = _pair(c.get("strides") or (kh, kw), "strides", where)
+            h, w, ch = v.k
             padding = c.get("padding", "valid")
             if padding == "valid":
                 pads = [0, 0, 0, 0]
             elif padding == "same":
-                pads = list(_same(shape[0], kh, sh) + _same(shape[1], kw, sw))
+                pads = list(_same(h, kh, sh) + _same(w, kw, sw))
             else:
                 raise ImportFailure(f"{where}: padding {padding!r} is not supported (valid, same)")
-            oh = (shape[0] + pads[0] + pads[1] - kh) // sh + 1
-            ow = (shape[1] + pads[2] + pads[3] - kw) // sw + 1
+            oh = (h + pads[0] + pads[1] - kh) // sh + 1
+            ow = (w + pads[2] + pads[3] - kw) // sw + 1
             if cls == "MaxPooling2D":
+                if v.aff is not None and not np.all(v.aff[0] > 0):
+                    raise ImportFailure(f"{where}: follows {v.aff_from} with a negative or zero scale, which does "
+                                        f"not commute with max pooling; {AFFINE_REWRITE}")
                 attrs = {"kernel": [kh, kw], "stride": [sh, sw], "padding": pads}
                 op = "maxpool"
             else:
                 # TensorFlow averages over the positions inside the input ('same' padding excluded).
                 include = False
-                if pad_here:
+                if v.pad:
                     if padding != "valid":
                         raise ImportFailure(f"{where}: a ZeroPadding2D before 'same' average pooling is not supported")
-                    pads, include = list(pad_here), True
+                    pads, include = list(v.pad), True
                 attrs = {"kernel": [kh, kw], "stride": [sh, sw], "padding": pads, "count_include_pad": include}
                 op = "avgpool"
             if oh < 1 or ow < 1:
-                raise ImportFailure(f"{where}: pool {kh}x{kw} does not fit the {shape[0]}x{shape[1]} input")
-            add(lname, op, attrs)
-            shape = (oh, ow, shape[2])
-        elif cls == "Flatten":
-            if len(shape) == 3:
-                h, w, ch = shape
-                add(lname, "flatten")
-                if ch > 1 and h * w > 1:
-                    nhwc_flat = shape
-                shape = (h * w * ch,)
+                raise ImportFailure(f"{where}: pool {kh}x{kw} does not fit the {h}x{w} input")
+            node = emit(lname, op, [v.fv], attrs)
+            # A per-channel affine commutes with averaging and (positive scales) with the maximum.
+            values[lname] = _V(node, (oh, ow, ch), (ch, oh, ow), aff=v.aff, aff_from=v.aff_from)
+        elif cls in ("Flatten", "Reshape"):
+            if cls == "Reshape":
+                target = [int(d) for d in c["target_shape"]]
+                total = int(np.prod(v.k))
+                if target.count(-1) == 1:
+                    known = int(np.prod([d for d in target if d != -1]))
+                    target[target.index(-1)] = total // known if known else 0
+                if int(np.prod(target)) != total:
+                    raise ImportFailure(f"{where}: cannot reshape {list(v.k)} to {c['target_shape']}")
+            else:
+                target = [int(np.prod(v.k))]
+            if len(target) == 1:  # to a flat vector: a Flatten
+                if len(v.k) == 3:
+                    h, w, ch = v.k
+                    aff = None if v.aff is None else (np.tile(v.aff[0], h * w), np.tile(v.aff[1], h * w))
+                    node = emit(lname, "flatten", [v.fv])
+                    values[lname] = dataclasses.replace(v, fv=node, e=(h * w * ch,), k=(h * w * ch,), sole=True,
+                                                        hwc=(h, w, ch) if ch > 1 and h * w > 1 else None, aff=aff)
+                else:
+                    values[lname] = v
+                continue
+            # To a map: [H, W] or [H, W, C] (Keras channels last).
+            t3 = tuple(target) + (1,) if len(target) == 2 else tuple(target)
+            if len(t3) != 3:
+                raise ImportFailure(f"{where}: reshape to {c['target_shape']} is not supported (only to [K], "
+                                    "[H, W] or [H, W, C])")
+            if v.aff is not None:
+                raise ImportFailure(f"{where}: follows {v.aff_from}; {AFFINE_REWRITE}")
+            if len(v.k) == 3 and tuple(v.k) == t3:
+                values[lname] = v
+            elif len(v.k) == 1 and v.hwc is None and len(v.e) == 3 and tuple(v.e) == (t3[2], t3[0], t3[1]) \
+                    and (t3[2] == 1 or tuple(v.e) == (1,) + tuple(v.e[1:])):
+                # The flat vector is the engine's [1, H, W] map read row by row: nothing to do.
+                values[lname] = dataclasses.replace(v, k=t3)
+            else:
+                raise ImportFailure(f"{where}: reshape of {list(v.k)} to {c['target_shape']} has no format-v1 "
+                                    "op; supported: a flat model input (e.g. 784) to [H, W] or [H, W, 1] matching "
+                                    f"the raw image {spec['shape']}, and any map to a flat vector")
         elif cls == "Dense":
-            if len(shape) != 1:
-                raise ImportFailure(f"{where}: Dense on a {len(shape)}-D input (Keras applies it per position); "
+            if len(v.k) != 1:
+                raise ImportFailure(f"{where}: Dense on a {len(v.k)}-D input (Keras applies it per position); "
                                     "only Dense after Flatten (or on a flat input) is supported")
-            kernel, bias = next_weights(lname, cls)
+            wname, arrays, names = weights_of(lname, cls)
+            kernel, bias = _kernel_bias(wname, arrays, names, f"{kf.path}")
             units = int(c["units"])
-            if kernel.shape != (shape[0], units):
+            if kernel.shape != (v.k[0], units):
                 raise ImportFailure(f"{where}: kernel has shape {list(kernel.shape)}, the layer needs "
-                                    f"{[shape[0], units]} ([in, out])")
+                                    f"{[v.k[0], units]} ([in, out])")
             if c.get("use_bias", True) != (bias is not None):
                 raise ImportFailure(f"{where}: use_bias is {c.get('use_bias', True)} but the file "
                                     f"{'has no' if bias is None else 'has a'} bias")
-            if nhwc_flat is not None:
+            if v.aff is not None:
+                kernel, bias = fold_affine_into(v, kernel, bias, where)
+            if v.hwc is not None:
                 # Keras' input k is pixel (h, w, c) flattened as (h*W + w)*C + c; the engine's is
                 # (c*H + h)*W + w. Reorder the kernel's rows into the engine's order.
-                kernel = kernel[nhwc_to_chw_rows(*nhwc_flat)]
-                nhwc_flat = None
-            add(lname, "dense", {"units": units}, {"weight": kernel.T, "bias": bias})  # [in,out] -> [out,in]
-            shape = (units,)
-            add_activation(lname, _act_name(c.get("activation", "linear"), where))
+                kernel = kernel[nhwc_to_chw_rows(*v.hwc)]
+            x = flat_value(v, lname)
+            node = emit(lname, "dense", [x.fv], {"units": units}, {"weight": kernel.T, "bias": bias})
+            values[lname] = add_act(lname, _act_name(c.get("activation", "linear"), where),
+                                    _V(node, (units,), (units,)))
+        elif cls in ("BatchNormalization", "Rescaling"):
+            channels = v.k[-1]
+            if cls == "BatchNormalization":
+                axis = c.get("axis", -1)
+                axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
+                if axis not in (-1, len(v.k)):
+                    raise ImportFailure(f"{where}: normalizes axis {c.get('axis')}; only the channel (last) axis "
+                                        "is supported")
+                wname, arrays, names = weights_of(lname, cls)
+                scale, shift = _bn_affine(c, arrays, names, channels, where)
+            else:
+                scale = _per_channel(c.get("scale", 1.0), channels, "scale", where)
+                shift = _per_channel(c.get("offset", 0.0), channels, "offset", where)
+            prod = node_by_name.get(v.fv)
+            if lay is rescale_layer and v.fv == spec["name"] and not nodes and v.sole and not any(input_pad) \
+                    and v.pad is None and v.aff is None:
+                if not np.all(scale > 0):
+                    raise ImportFailure(f"{where}: a non-positive scale cannot become the input preprocessing")
+                rescale_fold = (scale, shift)
+                values[lname] = v
+            elif v.aff is None and v.pad is None and v.sole and prod is not None and \
+                    prod["op"] in ("conv2d", "dense") and len(srcs) == 1:
+                # Into the Conv2D/Dense just before: y = s * (W x + b) + t.
+                wt, bt = prod["tensors"]["weight"], prod["tensors"].get("bias")
+                w64 = tensors[wt].astype(np.float64)
+                tensors[wt] = (w64 * scale.reshape((-1,) + (1,) * (w64.ndim - 1))).astype(np.float32)
+                b64 = tensors[bt].astype(np.float64) if bt else np.zeros(len(scale))
+                bt = bt or f"{prod['name']}.bias"
+                prod["tensors"]["bias"] = bt
+                tensors[bt] = (b64 * scale + shift).astype(np.float32)
+                values[lname] = v
+            else:  # carried to the next linear layer
+                if v.aff is not None:
+                    scale, shift = v.aff[0] * scale, v.aff[1] * scale + shift
+                src_txt = f"{where}" if v.aff is None else f"{v.aff_from} and {where}"
+                values[lname] = dataclasses.replace(v, aff=(scale, shift), aff_from=src_txt)
         elif cls == "Activation":
             act = _act_name(c.get("activation"), where)
-            if act != "linear":
-                if act == "softmax" and len(shape) != 1:
-                    raise ImportFailure(f"{where}: softmax over a {len(shape)}-D map is not supported")
-                add(lname, ACTIVATIONS[act])
+            if act == "linear":
+                values[lname] = v
+            else:
+                if act == "softmax" and len(v.k) != 1:
+                    raise ImportFailure(f"{where}: softmax over a {len(v.k)}-D map is not supported")
+                x = flat_value(v, lname) if act == "softmax" else v
+                values[lname] = dataclasses.replace(x, fv=emit(lname, ACTIVATIONS[act], [x.fv]), sole=True)
         elif cls == "ReLU":
             if c.get("max_value") is not None or float(c.get("negative_slope", 0) or 0) != 0 \
                     or float(c.get("threshold", 0) or 0) != 0:
                 raise ImportFailure(f"{where}: only ReLU without max_value, negative_slope, threshold is supported")
-            add(lname, "relu")
+            node = emit(lname, "relu", [v.fv])
+            values[lname] = dataclasses.replace(v, fv=node, sole=True)
         elif cls == "Softmax":
-            if len(shape) != 1 or c.get("axis", -1) not in (-1, 1):
+            if len(v.k) != 1 or c.get("axis", -1) not in (-1, 1):
                 raise ImportFailure(f"{where}: only softmax over the last axis of a flat value is supported")
-            add(lname, "softmax")
+            x = flat_value(v, lname)
+            node = emit(lname, "softmax", [x.fv])
+            values[lname] = dataclasses.replace(x, fv=node, sole=True)
+        elif cls == "Add":
+            if len(ins) != 2:
+                raise ImportFailure(f"{where}: adds {len(ins)} tensors; only 2 are supported")
+            a_, b_ = ins
+            for x in ins:
+                if x.aff is not None or x.pad is not None:
+                    raise ImportFailure(f"{where}: an input still carries {x.aff_from or 'a ZeroPadding2D'}; "
+                                        f"{AFFINE_REWRITE}")
+            if a_.k != b_.k or a_.hwc != b_.hwc:
+                raise ImportFailure(f"{where}: adds shapes {list(a_.k)} and {list(b_.k)}; only equal shapes")
+            if len(a_.e) != len(b_.e):
+                a_, b_ = flat_value(a_, lname), flat_value(b_, lname + "_b")
+            node = emit(lname, "add", [a_.fv, b_.fv])
+            values[lname] = _V(node, a_.k, a_.e, hwc=a_.hwc)
+        elif cls == "Concatenate":
+            raise ImportFailure(f"{where}: format v1 has no concat op yet (the planned format change adds one "
+                                "along channels); no rewrite within format v1")
         else:
-            raise ImportFailure(f"{where}: no format-v1 op for this layer (supported: InputLayer, Conv2D, "
-                                "MaxPooling2D, AveragePooling2D, ZeroPadding2D, Flatten, Dense, Activation, "
-                                "ReLU, Softmax, Dropout)")
-    if pending_pad is not None:
+            raise ImportFailure(f"{where}: no format-v1 op for this layer (supported: {SUPPORTED_LAYERS})")
+
+    out = values[out_layer]
+    if out.pad is not None:
         raise ImportFailure("the model ends with a ZeroPadding2D layer")
-    if nhwc_flat is not None:
+    if out.aff is not None:
+        raise ImportFailure(f"the model ends with {out.aff_from}, which cannot be folded into a layer before it; "
+                            f"{AFFINE_REWRITE}")
+    if out.hwc is not None:
         raise ImportFailure("the model's output is a flattened channels-last map, whose element order the "
                             "engine (which flattens channels first) does not reproduce")
-    if used_weights != len(weights):
-        raise ImportFailure(f"{kf.path} holds weights for {len(weights)} layers, the architecture uses "
-                            f"{used_weights} ({', '.join(w[0] for w in weights[used_weights:])} left over)")
-    if not nodes or (rank == 1 and len(nodes) == 1):
+    if len(out.k) == 1 and len(out.e) == 3:
+        out = flat_value(out, out_layer)
+    if out.fv == spec["name"] or not nodes:
         raise ImportFailure("the model has no layers to export")
+    unused = [w[0] for w in kf.layers if w[0] not in used_weights]
+    if unused:
+        raise ImportFailure(f"{kf.path} holds weights for {len(kf.layers)} layers, the architecture uses "
+                            f"{len(used_weights)} ({', '.join(unused)} left over)")
+    pre = spec["preprocess"]
+    if rescale_fold is not None:
+        # The model computes ((u * S - M) / STD) * r + o from the user's preprocessing (S, M, STD):
+        # with one scale r that is (u * S*r - (M*r - o*STD)) / STD, the same float32 arithmetic for
+        # the usual Rescaling(1/255) on raw pixels (S = 1, M = 0, STD = 1).
+        r, o = rescale_fold
+        m, sd = np.asarray(pre["mean"], np.float64), np.asarray(pre["std"], np.float64)
+        if np.all(r == r[0]):
+            pre["scale"] = float(np.float32(pre["scale"] * r[0]))
+            pre["mean"] = [float(x) for x in m * r[0] - o * sd]
+        else:
+            pre["std"] = [float(x) for x in sd / r]
+            pre["mean"] = [float(x) for x in m - o * sd / r]
     if any(input_pad):
-        spec["preprocess"]["pad"] = input_pad
-        spec["preprocess"]["pad_value"] = 0.0
+        pre["pad"] = input_pad
+        pre["pad_value"] = 0.0
     graph = {"name": name}
     if description:
         graph["description"] = description
     graph.update({"weights": {"file": f"{name}.safetensors", "sha256": "0" * 64}, "input": spec})
     if labels is not None:
         graph["labels"] = list(labels)
-    graph.update({"nodes": nodes, "outputs": [cur]})
-    return graph, tensors, user_pad, rank
+    graph.update({"nodes": nodes, "outputs": [out.fv]})
+    weights_by_name = {lname: [w[1][n] for n in w[2]] for lname, w in by_layer.items()}
+    return graph, tensors, user_spec, user_pad, rank, weights_by_name
 
 
 # --------------------------------------------------------------------------------------------------
@@ -566,22 +1004,48 @@ def keras_config_for_graph(graph: dict) -> tuple[dict, list[int], int] | None:
 # --------------------------------------------------------------------------------------------------
 # The source for the check
 
-def keras_source(model_config: dict, weights: list[list[np.ndarray]], spec: dict, user_pad: list[int],
-                 rank: int, label: str):
+def keras_source(model_config: dict, weights, spec: dict, user_pad: list[int], rank: int, label: str):
     """Raw uint8 [N, C, H, W] -> what the Keras model outputs, the input prepared as the user's code
-    would: the stated scaling and padding, then channels-last ([N, H, W, C]), or flattened."""
+    would: the stated scaling and padding, then channels-last ([N, H, W, C]), [N, H, W], or
+    flattened. `weights`: per layer name (or, for Keras 2 chains, a list in layer order)."""
     from . import keras_reference
 
     def run(batch: np.ndarray) -> np.ndarray:
-        x = ic.user_preprocess(spec, user_pad, batch)
-        if rank == 3:
-            x = x.transpose(0, 2, 3, 1)
-        elif rank == 2:
-            x = x[:, 0]
-        else:
-            x = x.reshape(len(x), -1)
-        return keras_reference.predict(model_config, weights, np.ascontiguousarray(x))
+        return keras_reference.predict(model_config, weights, _keras_input(spec, user_pad, rank, batch))
     return ic.labeled(run, label)
+
+
+def _keras_input(spec, user_pad, rank, batch):
+    x = ic.user_preprocess(spec, user_pad, batch)
+    if rank == 3:
+        x = x.transpose(0, 2, 3, 1)
+    elif rank == 2:
+        x = x[:, 0]
+    else:
+        x = x.reshape(len(x), -1)
+    return np.ascontiguousarray(x)
+
+
+def keras_framework_source(path, spec: dict, user_pad: list[int], rank: int):
+    """Keras itself (keras>=3, any backend; JAX unless KERAS_BACKEND says otherwise) running the
+    file, or None with the reason when it cannot be imported or cannot load the file."""
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    try:
+        import keras
+    except Exception as e:  # ImportError, or a backend that fails to initialise
+        return None, f"Keras is not importable ({type(e).__name__}: {e})"
+    if not str(getattr(keras, "__version__", "0")).startswith("3"):
+        return None, f"the installed Keras is {keras.__version__}, not 3"
+    try:
+        model = keras.saving.load_model(str(path), compile=False)
+    except Exception as e:
+        return None, f"Keras {keras.__version__} cannot load {path} ({type(e).__name__}: {str(e).splitlines()[0]})"
+
+    def run(batch: np.ndarray) -> np.ndarray:
+        x = _keras_input(spec, user_pad, rank, batch)
+        out = model.predict(x, batch_size=500, verbose=0)
+        return np.asarray(out[0] if isinstance(out, (list, tuple)) else out, np.float32)
+    return ic.labeled(run, f"Keras {keras.__version__}, {keras.backend.backend()} backend"), None
 
 
 def load(args, like):
@@ -591,10 +1055,17 @@ def load(args, like):
     labels = ic.labels_arg(args, like)
     if kf.config is not None:
         description = args.description or f"imported from Keras {kf.keras_version} file {kf.path.name} ({kf.kind})"
-        graph, tensors, user_pad, rank = graph_from_config(kf, args, like, name=name, labels=labels,
-                                                           description=description)
-        source = keras_source(kf.config, kf.weights_list(), graph["input"], user_pad, rank,
-                              "Keras NumPy NHWC reference")
+        graph, tensors, user_spec, user_pad, rank, weights = graph_from_config(
+            kf, args, like, name=name, labels=labels, description=description)
+        source = None
+        # Files Keras 3 wrote are checked against Keras itself when it is installed; Keras 2 files
+        # (which Keras 3 loads only partly) and --arch files against the NumPy reference.
+        if (kf.keras3_zip or kf.keras_version.startswith("3")) and getattr(args, "arch", None) is None:
+            source, why = keras_framework_source(kf.path, user_spec, user_pad, rank)
+            if source is None:
+                print(f"note: {why}; the check uses the NumPy NHWC reference of the Keras layers instead")
+        if source is None:
+            source = keras_source(kf.config, weights, user_spec, user_pad, rank, "Keras NumPy NHWC reference")
         return graph, tensors, source
     if like is None:
         raise ImportFailure(f"{args.source} holds weights only (no model_config): give the architecture with "
@@ -620,15 +1091,21 @@ def load(args, like):
 def register(sub) -> None:
     from .export_cli import _common
     p = sub.add_parser(
-        "keras", help="a Keras .h5 file: a whole model (model.save), or weights (model.save_weights) with "
-                      "--arch MODEL.json or --like GRAPH.json",
-        description="Import a Keras HDF5 file (Keras 2.2 to 2.15) without TensorFlow. Layers: InputLayer, "
-                    "Conv2D (valid/same, strides), MaxPooling2D, AveragePooling2D, ZeroPadding2D, Flatten, "
-                    "Dense, Activation, ReLU, Softmax, Dropout; activations linear, relu, tanh, sigmoid, "
-                    "softmax. Keras files do not record input preprocessing: state it with --scale (default "
-                    "1/255), --mean, --std and --pad. The check runs an independent NumPy NHWC "
-                    "implementation of the Keras layers next to the exported graph and the engine.")
-    p.add_argument("source", help="Keras HDF5 file (.h5)")
+        "keras", help="a Keras file: a Keras 3 .keras zip or a .h5 whole model (model.save), or .h5 weights "
+                      "(model.save_weights) with --arch MODEL.json or --like GRAPH.json",
+        description="Import a Keras model without TensorFlow: Keras 3 .keras zips (weights matched by Keras 3's "
+                    "layers/<class>[_N] paths) and .h5 files written by Keras 2.2-2.15 or Keras 3; Sequential and "
+                    "Functional models (one input, one output, branches joined by Add). Layers: " + SUPPORTED_LAYERS +
+                    "; activations linear, relu, tanh, sigmoid, softmax. Inputs [H, W, C], [H, W] (one channel) or "
+                    "flat [K] (the raw image is [C, H, W]; 784 -> [1, 28, 28]). Format v1 has no scale-and-shift or "
+                    "concat op: BatchNormalization and Rescaling are folded into the Conv2D/Dense before them, the "
+                    "next Dense or 'valid' Conv2D, or (a leading Rescaling) the input preprocessing, and refused "
+                    "with a rewrite where no fold is exact; Concatenate is refused. Keras files do not record input "
+                    "preprocessing: state it with --scale (default 1/255, or 1 when the model starts with "
+                    "Rescaling), --mean, --std and --pad. The check runs Keras itself for files Keras 3 wrote (when "
+                    "installed), else an independent NumPy NHWC implementation of the layers, next to the "
+                    "exported graph and the engine.")
+    p.add_argument("source", help="Keras file (.keras or .h5)")
     p.add_argument("--arch", help="the architecture as Keras JSON (model.to_json()), for a weights-only file")
     p.add_argument("--pad", help="zero padding the user's code adds around each raw image before the model: P "
                                  "or T,B,L,R (default: the model's input size minus the image size, halved)")

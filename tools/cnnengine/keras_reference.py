@@ -57,23 +57,51 @@ def read_config(path, arch_json: str | None = None) -> dict:
         return json.loads(_text(f.attrs["model_config"]))
 
 
-def layer_list(model_config: dict) -> list[dict]:
-    """The layers in execution order (Sequential, or a Functional model that is a chain)."""
+def _lname(lay) -> str:
+    return lay["config"].get("name") or lay.get("name")
+
+
+def _sources(node) -> list[str]:
+    """Layer names one call reads: Keras 2 [[name, 0, 0, {}], ...]; Keras 3 {"args": [...]} whose
+    __keras_tensor__ leaves carry keras_history [name, 0, 0]."""
+    if isinstance(node, list):
+        return [e[0] for e in node]
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if x.get("class_name") == "__keras_tensor__":
+                found.append(x["config"]["keras_history"][0])
+            else:
+                for v in x.values():
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(node.get("args", []))
+    return found
+
+
+def layer_graph(model_config: dict) -> tuple[list[dict], dict[str, list[str]], str]:
+    """(layers in config order, name -> input layer names, output layer name)."""
     cfg = model_config["config"]
     if model_config["class_name"] == "Sequential":
-        return list(cfg["layers"] if isinstance(cfg, dict) else cfg)
-    by_name = {lay["config"]["name"]: lay for lay in cfg["layers"]}
-    out_name = cfg["output_layers"][0][0]
-    chain = []
-    name = out_name
-    while True:
-        lay = by_name[name]
-        chain.append(lay)
-        inbound = lay.get("inbound_nodes") or []
-        if not inbound:
-            break
-        name = inbound[0][0][0]
-    return chain[::-1]
+        layers = list(cfg["layers"] if isinstance(cfg, dict) else cfg)
+        inputs, prev = {}, None
+        for lay in layers:
+            inputs[_lname(lay)] = [prev] if prev else []
+            prev = _lname(lay)
+        return layers, inputs, prev
+    layers = list(cfg["layers"])
+    inputs = {_lname(lay): (_sources(lay["inbound_nodes"][0]) if lay.get("inbound_nodes") else [])
+              for lay in layers}
+    outs = cfg["output_layers"]
+    return layers, inputs, outs[0] if isinstance(outs[0], str) else outs[0][0]
+
+
+def layer_list(model_config: dict) -> list[dict]:
+    """The layers in config order (Sequential, or a Functional model)."""
+    return layer_graph(model_config)[0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -150,42 +178,78 @@ def activation(x, name):
     raise NotImplementedError(f"activation {name!r}")
 
 
-def predict(model_config: dict, weights: list[list[np.ndarray]], x: np.ndarray) -> np.ndarray:
-    """Runs the model on `x` (NHWC float32, or [N, K] / [N, H, W] as the model's input is shaped)."""
+def predict(model_config: dict, weights, x: np.ndarray) -> np.ndarray:
+    """Runs the model on `x` (NHWC float32, or [N, K] / [N, H, W] as the model's input is shaped).
+    `weights`: {layer name: arrays in Keras' order}, or a list consumed in layer order."""
     x = np.asarray(x, F32)
-    pending = list(weights)
-    for lay in layer_list(model_config):
-        cls, c = lay["class_name"], lay["config"]
+    pending = list(weights) if isinstance(weights, list) else None
+    layers, inputs, out_name = layer_graph(model_config)
+    values: dict[str, np.ndarray] = {}
+    # Functional models list layers so that each comes after its inputs; repeat until all ran.
+    todo = list(layers)
+    while todo:
+        lay = next(l_ for l_ in todo if all(s in values for s in inputs[_lname(l_)]))
+        todo.remove(lay)
+        cls, c, name = lay["class_name"], lay["config"], _lname(lay)
+        srcs = inputs[name]
+        args = [values[s] for s in srcs] if srcs else [x]
+        v = args[0]
+
+        def w():
+            return [a.astype(F32) for a in (pending.pop(0) if pending is not None else weights[name])]
+        if v.ndim == 3 and cls in ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D", "GlobalAveragePooling2D",
+                                   "GlobalMaxPooling2D",
+                                   "BatchNormalization", "Rescaling"):
+            v = v[..., None]  # a [H, W] input is one channel
         if cls in ("InputLayer", "Dropout"):
-            continue
-        if x.ndim == 3 and cls in ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D"):
-            x = x[..., None]  # a [H, W] input is one channel
-        if cls == "Conv2D":
-            w = pending.pop(0)
-            x = conv2d(x, w[0].astype(F32), w[1].astype(F32) if len(w) > 1 else None,
-                       tuple(c.get("strides", (1, 1))), c.get("padding", "valid"))
-            x = activation(x, c.get("activation", "linear"))
+            pass
+        elif cls == "Conv2D":
+            k = w()
+            v = conv2d(v, k[0], k[1] if len(k) > 1 else None, tuple(c.get("strides", (1, 1))), c.get("padding", "valid"))
+            v = activation(v, c.get("activation", "linear"))
         elif cls == "Dense":
-            w = pending.pop(0)
-            x = (x @ w[0].astype(F32)).astype(F32)
-            if len(w) > 1:
-                x = x + w[1].astype(F32)
-            x = activation(x, c.get("activation", "linear"))
+            k = w()
+            v = (v @ k[0]).astype(F32)
+            if len(k) > 1:
+                v = v + k[1]
+            v = activation(v, c.get("activation", "linear"))
         elif cls in ("MaxPooling2D", "AveragePooling2D"):
             size = tuple(c.get("pool_size", (2, 2)))
-            x = pool2d(x, size, tuple(c.get("strides") or size), c.get("padding", "valid"),
+            v = pool2d(v, size, tuple(c.get("strides") or size), c.get("padding", "valid"),
                        "max" if cls == "MaxPooling2D" else "avg")
+        elif cls in ("GlobalAveragePooling2D", "GlobalMaxPooling2D"):
+            v = (v.mean(axis=(1, 2), keepdims=True) if cls == "GlobalAveragePooling2D"
+                 else v.max(axis=(1, 2), keepdims=True)).astype(F32)
+            if not c.get("keepdims", False):
+                v = v.reshape(v.shape[0], -1)
         elif cls == "ZeroPadding2D":
             (t, b), (l, r) = c["padding"]
-            x = np.pad(x, ((0, 0), (t, b), (l, r), (0, 0)))
+            v = np.pad(v, ((0, 0), (t, b), (l, r), (0, 0)))
         elif cls == "Flatten":
-            x = x.reshape(x.shape[0], -1)  # NHWC order, as Keras flattens
+            v = v.reshape(v.shape[0], -1)  # NHWC order, as Keras flattens
+        elif cls == "Reshape":
+            v = v.reshape((v.shape[0],) + tuple(c["target_shape"]))
+        elif cls == "BatchNormalization":
+            k = w()
+            names = (["gamma"] if c.get("scale", True) else []) + (["beta"] if c.get("center", True) else []) + \
+                ["mean", "var"]
+            p = dict(zip(names, k))
+            # keras.ops.batch_normalization: (x - mean) * rsqrt(var + eps) * gamma + beta
+            inv = F32(1) / np.sqrt(p["var"] + F32(c.get("epsilon", 1e-3)))
+            v = ((v - p["mean"]) * (inv * p.get("gamma", F32(1))) + p.get("beta", F32(0))).astype(F32)
+        elif cls == "Rescaling":
+            v = (v * np.asarray(c.get("scale", 1.0), F32) + np.asarray(c.get("offset", 0.0), F32)).astype(F32)
+        elif cls == "Add":
+            v = args[0]
+            for other in args[1:]:
+                v = (v + other).astype(F32)
         elif cls == "Activation":
-            x = activation(x, c["activation"])
+            v = activation(v, c["activation"])
         elif cls == "ReLU":
-            x = activation(x, "relu")
+            v = activation(v, "relu")
         elif cls == "Softmax":
-            x = activation(x, "softmax")
+            v = activation(v, "softmax")
         else:
             raise NotImplementedError(f"Keras layer {cls}")
-    return x
+        values[name] = v
+    return values[out_name]

@@ -27,20 +27,41 @@ from . import onnx_reference
 from .import_common import ImportFailure
 
 SUPPORTED = ("Conv", "AveragePool", "MaxPool", "Gemm", "MatMul", "Add", "Relu", "Tanh", "Sigmoid", "Flatten",
-             "Reshape", "Softmax", "Pad", "Identity")
+             "Reshape", "Softmax", "Pad", "Identity", "Transpose", "Unsqueeze", "BatchNormalization", "Sub", "Mul",
+             "Div", "Dropout", "GlobalAveragePool", "GlobalMaxPool")
 FOLDABLE = ("Constant", "ConstantOfShape", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice",
             "Transpose", "Cast", "Reshape", "Identity", "Add", "Sub", "Mul", "Div", "Flatten")
 BATCH = 1_000_000_007  # stands for the (unknown) batch size in folded shapes
 
 
 class _Data:
-    """A value computed per sample: the format value that holds it and its per-sample shape."""
+    """A value computed per sample: the format value that holds it, its per-sample shape in the
+    engine, and how the ONNX graph sees that value (`layout`):
+      "nchw"     as the engine does ([C, H, W], or [K]);
+      "nhwc"     an engine [C, H, W] map that the ONNX graph holds channels-last as [H, W, C]
+                 (tf2onnx and keras2onnx exports of Keras models, around a Transpose);
+      "hw"       an engine [1, H, W] map that the ONNX graph holds as [H, W];
+      "raw_flat" the engine's raw [C, H, W] input that the ONNX graph holds flat as [C*H*W]
+                 (a flatten node is emitted only where a flat value is needed).
+    `hwc` = (H, W, C): a flat value in the NHWC order of that map (the first Gemm/MatMul permutes
+    its weight columns, as for Keras' flatten)."""
 
-    def __init__(self, value: str | None, shape: tuple[int, ...], pad=None, src=None):
+    def __init__(self, value: str | None, shape: tuple[int, ...], pad=None, src=None, layout="nchw", hwc=None):
         self.value = value      # format value name (None for a pending pad)
         self.shape = shape
         self.pad = pad          # [t, b, l, r] of a Pad not yet folded into its consumer
         self.src = src          # the _Data a pending pad applies to
+        self.layout = layout
+        self.hwc = hwc
+
+    def onnx_shape(self) -> tuple[int, ...]:
+        if self.layout == "nhwc":
+            return (self.shape[1], self.shape[2], self.shape[0])
+        if self.layout == "hw":
+            return tuple(self.shape[1:])
+        if self.layout == "raw_flat":
+            return (int(np.prod(self.shape)),)
+        return self.shape
 
 
 def _attrs(node) -> dict:
@@ -68,7 +89,7 @@ def _ints(v, n, default):
 
 
 def graph_from_onnx(model, args, like, *, name: str, labels, description: str | None, path: str = "model"):
-    """(graph, tensors, user pad, input rank, static batch or None)."""
+    """(graph, tensors, user pad, input layout (nchw, nhwc, hw, raw_flat), static batch or None)."""
     g = model.graph
     opset = onnx_reference.opset_of(model)
     consts: dict[str, np.ndarray] = {t.name: onnx_reference._to_array(t) for t in g.initializer}
@@ -80,12 +101,26 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
     dims = [d.dim_value if d.HasField("dim_value") else None for d in inp.type.tensor_type.shape.dim]
     if inp.type.tensor_type.elem_type != 1:
         raise ImportFailure(f"{path}: input '{inp.name}' is not float32 (elem_type {inp.type.tensor_type.elem_type})")
-    if len(dims) not in (2, 4) or any(d is None for d in dims[1:]):
-        raise ImportFailure(f"{path}: input '{inp.name}' has shape {dims}; supported: [N, C, H, W] or [N, K] "
-                            "with known sizes after the batch")
+    if len(dims) not in (2, 3, 4) or any(d is None for d in dims[1:]):
+        raise ImportFailure(f"{path}: input '{inp.name}' has shape {dims}; supported: [N, C, H, W], [N, H, W, C], "
+                            "[N, H, W] or [N, K] with known sizes after the batch")
+    # A fixed batch (often 1) is run as any batch: only a Reshape's batch entry may name it.
     static_batch = dims[0] if dims[0] else None
     per = tuple(int(d) for d in dims[1:])
-    spec, user_pad = ic.input_spec(args, like, per, "the ONNX model")
+    layout = "nchw"
+    if len(per) == 3:
+        readers = [n for n in g.node if inp.name in n.input]
+        to_nchw = [n for n in readers if n.op_type == "Transpose" and list(_attrs(n).get("perm", [])) == [0, 3, 1, 2]]
+        if readers and len(to_nchw) == len(readers):
+            layout = "nhwc"  # tf2onnx: the channels-last input goes through Transpose(0, 3, 1, 2)
+        elif per[0] not in (1, 3) and per[2] in (1, 3):
+            layout = "nhwc"
+        model_shape = (per[2], per[0], per[1]) if layout == "nhwc" else per
+    elif len(per) == 2:
+        layout, model_shape = "hw", (1,) + per
+    else:
+        layout, model_shape = "raw_flat", per
+    spec, user_pad = ic.input_spec(args, like, model_shape, "the ONNX model")
     input_pad, pad_value = list(user_pad), 0.0
 
     nodes: list[dict] = []
@@ -98,18 +133,55 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
             consumers[v] = consumers.get(v, 0) + 1
     for o in g.output:
         consumers[o.name] = consumers.get(o.name, 0) + 1
-    dense_without_bias: dict[str, dict] = {}  # ONNX value -> dense node that an Add may give a bias
-
-    if len(per) == 3:
-        data[inp.name] = _Data(spec["name"], per)
-    else:
-        flat = {"name": ic.node_name("flatten", "flatten", taken), "op": "flatten", "inputs": [spec["name"]]}
-        nodes.append(flat)
-        data[inp.name] = _Data(flat["name"], per)
+    # ONNX value -> conv2d/dense node whose output it is (and nothing else reads): a constant Add,
+    # Sub, Mul, Div or a BatchNormalization after it folds into that node's weight and bias.
+    foldable: dict[str, dict] = {}
+    data[inp.name] = _Data(spec["name"], tuple(spec["shape"]) if layout == "raw_flat" else model_shape,
+                           layout=layout)
 
     def emit(onnx_node, op, x: _Data, attrs=None, params=None, extra_inputs=()):
         nname = ic.node_name(onnx_node.name or onnx_node.output[0], op, taken)
         return ic.append_node(nodes, tensors, nname, op, [x.value, *extra_inputs], attrs, params)
+
+    def as_flat_or_map(x: _Data) -> _Data:
+        """`x` with an engine value shaped as the ONNX graph sees it (raw_flat gets its flatten)."""
+        if x.layout != "raw_flat":
+            return x
+        node = ic.append_node(nodes, tensors, ic.node_name("flatten", "flatten", taken), "flatten", [x.value])
+        return _Data(node["name"], (int(np.prod(x.shape)),))
+
+    def to_flat(onnx_node, x: _Data) -> _Data:
+        """An ONNX flatten of `x` to [N, K]: the engine's flatten, and the NHWC order noted."""
+        if x.layout == "raw_flat" or len(x.shape) == 1:
+            return x
+        node = emit(onnx_node, "flatten", x)
+        h, w, c = x.onnx_shape() if x.layout == "nhwc" else (0, 0, 1)
+        hwc = (h, w, c) if x.layout == "nhwc" and c > 1 and h * w > 1 else None
+        return _Data(node["name"], (int(np.prod(x.shape)),), hwc=hwc)
+
+    def per_channel(node, b, where, what):
+        """A constant broadcast against `node`'s output ([N, C, H, W] or [N, units]) as one value
+        per channel/unit; anything that varies along another axis is an error."""
+        n_out = node["attrs"]["out_channels"] if node["op"] == "conv2d" else node["attrs"]["units"]
+        b = np.asarray(b, np.float64)
+        rank = 4 if node["op"] == "conv2d" else 2
+        dims = (1,) * (rank - b.ndim) + tuple(b.shape) if b.ndim <= rank else None
+        if dims is None or dims[0] != 1 or dims[1] not in (1, n_out) or any(d != 1 for d in dims[2:]):
+            raise ImportFailure(f"{where}: {what} of shape {list(b.shape)} is not one value per channel of "
+                                f"'{node['name']}' ({n_out} channels)")
+        return np.broadcast_to(b.reshape(-1), (n_out,)).copy() if b.size == 1 else b.reshape(-1).copy()
+
+    def fold_affine(node, scale, shift):
+        """node's output y becomes scale * y + shift (per channel/unit), in its weight and bias."""
+        wt = node["tensors"]["weight"]
+        w64 = tensors[wt].astype(np.float64)
+        tensors[wt] = (w64 * scale.reshape((-1,) + (1,) * (w64.ndim - 1))).astype(np.float32)
+        bt = node["tensors"].get("bias")
+        b64 = tensors[bt].astype(np.float64) if bt else np.zeros(len(scale))
+        if not bt:
+            bt = f"{node['name']}.bias"
+            node["tensors"]["bias"] = bt
+        tensors[bt] = (b64 * scale + shift).astype(np.float32)
 
     for idx, n in enumerate(g.node):
         op = n.op_type
@@ -129,9 +201,12 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
                     consts[name_] = np.asarray(val)
             continue
         if op == "Shape" and is_data[0]:
-            full = np.asarray((BATCH,) + data[ins[0]].shape, np.int64)
+            full = np.asarray((BATCH,) + data[ins[0]].onnx_shape(), np.int64)
             consts[n.output[0]] = full[a.get("start", 0):a.get("end", None)]
             continue
+        if op == "Concat" and any(is_data):
+            raise ImportFailure(f"{where}: format v1 has no concat op (the planned format change adds one along "
+                                "channels); parallel branches can only be joined by Add")
         if n.domain not in ("", "ai.onnx") or op not in SUPPORTED:
             raise ImportFailure(f"{where}: op {op}{' (domain ' + n.domain + ')' if n.domain else ''} is not "
                                 f"supported; supported ops: {', '.join(SUPPORTED)}")
@@ -167,8 +242,10 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
             pre_pad = [0, 0, 0, 0]
             if x.pad is not None:
                 pre_pad, x = x.pad, x.src
-            if len(x.shape) != 3:
-                raise ImportFailure(f"{where}: needs an [N, C, H, W] input, gets per-sample {list(x.shape)}")
+            if len(x.shape) != 3 or x.layout != "nchw":
+                raise ImportFailure(f"{where}: needs an [N, C, H, W] input, gets per-sample {list(x.onnx_shape())}"
+                                    + (" (channels last: a Transpose(0, 3, 1, 2) is missing)"
+                                       if x.layout == "nhwc" else ""))
             if op == "Conv":
                 w, b = const(1, "the weight"), const(2, "the bias")
                 if a.get("group", 1) != 1:
@@ -226,8 +303,10 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
             if oh < 1 or ow < 1:
                 raise ImportFailure(f"{where}: window {kernel} does not fit the {h}x{w_} input")
             data[out] = _Data(node["name"], (channels, oh, ow))
+            if op == "Conv" and consumers.get(out, 0) == 1:
+                foldable[out] = node
         elif op in ("Gemm", "MatMul"):
-            x = resolved(first_data(), op)
+            x = as_flat_or_map(resolved(first_data(), op))
             if len(x.shape) != 1:
                 raise ImportFailure(f"{where}: needs a 2-D [N, K] input, gets per-sample {list(x.shape)} "
                                     "(Flatten first)")
@@ -250,81 +329,147 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
                 weight, bias = B.T, None
             if weight.shape[1] != x.shape[0]:
                 raise ImportFailure(f"{where}: weight takes {weight.shape[1]} inputs, the value has {x.shape[0]}")
+            if x.hwc is not None:
+                # The ONNX input index of engine feature (c, h, w) is (h, w, c): permute the columns.
+                h, w_, c = x.hwc
+                weight = weight[:, np.arange(h * w_ * c).reshape(h, w_, c).transpose(2, 0, 1).reshape(-1)]
             node = emit(n, "dense", x, {"units": int(weight.shape[0])}, {"weight": weight, "bias": bias})
             data[out] = _Data(node["name"], (int(weight.shape[0]),))
-            if bias is None and consumers.get(out, 0) == 1:
-                dense_without_bias[out] = node
-        elif op == "Add":
-            both = all(is_data[:2])
-            if both:
-                x, y = resolved(data[ins[0]], op), resolved(data[ins[1]], op)
-                if x.shape != y.shape:
-                    raise ImportFailure(f"{where}: adds per-sample shapes {list(x.shape)} and {list(y.shape)}; "
-                                        "only equal shapes are supported")
-                node = emit(n, "add", x, extra_inputs=(y.value,))
-                data[out] = _Data(node["name"], x.shape)
+            if consumers.get(out, 0) == 1:
+                foldable[out] = node
+        elif op == "Add" and all(is_data[:2]):
+            x, y = as_flat_or_map(resolved(data[ins[0]], op)), as_flat_or_map(resolved(data[ins[1]], op))
+            if x.shape != y.shape or x.layout != y.layout or x.hwc != y.hwc:
+                raise ImportFailure(f"{where}: adds per-sample shapes {list(x.onnx_shape())} and "
+                                    f"{list(y.onnx_shape())}; only equal shapes are supported")
+            node = emit(n, "add", x, extra_inputs=(y.value,))
+            data[out] = _Data(node["name"], x.shape, layout=x.layout, hwc=x.hwc)
+        elif op in ("Add", "Sub", "Mul", "Div", "BatchNormalization"):
+            # A per-channel constant affine after a Conv or Gemm/MatMul (CNTK's separate bias Add,
+            # MatMul + Add, an exported BatchNormalization): folded into that node.
+            di = 0 if is_data[0] else 1
+            src = ins[di]
+            node = foldable.pop(src, None)
+            if node is None:
+                raise ImportFailure(f"{where}: {'a BatchNormalization' if op == 'BatchNormalization' else 'a constant ' + op} "
+                                    "is only supported right after a Conv or Gemm/MatMul whose output nothing else "
+                                    "reads (it is folded into that node's weight and bias; format v1 has no "
+                                    "scale-and-shift op)")
+            if op == "BatchNormalization":
+                if di != 0 or len(n.output) > 1 and any(n.output[1:]) or a.get("training_mode", 0):
+                    raise ImportFailure(f"{where}: only inference-mode BatchNormalization (one output) is supported")
+                gamma, beta, mean, var = (per_channel(node, const(i, nm), where, nm).astype(np.float64)
+                                          for i, nm in ((1, "scale"), (2, "B"), (3, "mean"), (4, "var")))
+                scale = gamma / np.sqrt(var + float(a.get("epsilon", 1e-5)))
+                shift = beta - mean * scale
             else:
-                di = 0 if is_data[0] else 1
-                src = ins[di]
-                b = const(1 - di, "the added constant")
-                node = dense_without_bias.pop(src, None)
-                if node is None:
-                    raise ImportFailure(f"{where}: adding a constant is only supported as the bias of the "
-                                        "MatMul/Gemm just before it")
-                units = node["attrs"]["units"]
-                try:
-                    bias = np.broadcast_to(np.asarray(b, np.float32).reshape(-1) if b.ndim <= 2 and
-                                           (b.ndim < 2 or b.shape[0] == 1) else b, (units,))
-                except ValueError:
-                    raise ImportFailure(f"{where}: constant of shape {list(b.shape)} is not a bias of "
-                                        f"{units} units") from None
-                tname = f"{node['name']}.bias"
-                node["tensors"]["bias"] = tname
-                tensors[tname] = np.ascontiguousarray(bias, np.float32)
-                data[out] = data[src]
-        elif op in ("Relu", "Tanh", "Sigmoid"):
+                cst = per_channel(node, const(1 - di, f"the {op} operand"), where, f"the {op} operand")
+                ones = np.ones_like(cst)
+                if op == "Add":
+                    scale, shift = ones, cst
+                elif op == "Sub" and di == 0:
+                    scale, shift = ones, -cst
+                elif op == "Mul":
+                    scale, shift = cst, np.zeros_like(cst)
+                elif op == "Div" and di == 0:
+                    scale, shift = 1.0 / cst, np.zeros_like(cst)
+                else:
+                    raise ImportFailure(f"{where}: a constant minus/divided by a computed value is not supported")
+            fold_affine(node, scale, shift)
+            data[out] = data[src]
+            if consumers.get(out, 0) == 1:
+                foldable[out] = node
+        elif op in ("GlobalAveragePool", "GlobalMaxPool"):
             x = resolved(first_data(), op)
+            if len(x.shape) != 3 or x.layout != "nchw":
+                raise ImportFailure(f"{where}: needs an [N, C, H, W] input, gets per-sample {list(x.onnx_shape())}")
+            attrs = {"kernel": [x.shape[1], x.shape[2]], "stride": [1, 1], "padding": [0, 0, 0, 0]}
+            if op == "GlobalAveragePool":
+                attrs["count_include_pad"] = False
+            node = emit(n, "avgpool" if op == "GlobalAveragePool" else "maxpool", x, attrs)
+            data[out] = _Data(node["name"], (x.shape[0], 1, 1))
+        elif op in ("Relu", "Tanh", "Sigmoid"):
+            x = as_flat_or_map(resolved(first_data(), op))
             node = emit(n, op.lower(), x)
-            data[out] = _Data(node["name"], x.shape)
-        elif op == "Identity":
+            data[out] = _Data(node["name"], x.shape, layout=x.layout, hwc=x.hwc)
+        elif op in ("Identity", "Dropout"):
+            if op == "Dropout" and len(n.output) > 1 and any(n.output[1:]):
+                raise ImportFailure(f"{where}: a Dropout whose mask output is used is not supported")
             data[out] = data[ins[0]]
+        elif op == "Transpose":
+            x = resolved(first_data(), op)
+            perm = list(a.get("perm", []))
+            if x.layout == "nhwc" and perm == [0, 3, 1, 2]:
+                data[out] = _Data(x.value, x.shape)  # back to the engine's NCHW: nothing to compute
+            elif x.layout == "nchw" and len(x.shape) == 3 and perm == [0, 2, 3, 1]:
+                data[out] = _Data(x.value, x.shape, layout="nhwc")
+            else:
+                raise ImportFailure(f"{where}: Transpose {perm} of per-sample {list(x.onnx_shape())} "
+                                    f"({x.layout}); only NHWC <-> NCHW of an image map is supported")
+        elif op == "Unsqueeze":
+            x = resolved(first_data(), op)
+            axes = list(a["axes"]) if "axes" in a else [int(v) for v in const(1, "axes").reshape(-1)]
+            if x.layout == "hw" and axes in ([3], [-1]):
+                data[out] = _Data(x.value, x.shape, layout="nhwc")
+            elif x.layout == "hw" and axes in ([1], [-3]):
+                data[out] = _Data(x.value, x.shape)
+            else:
+                raise ImportFailure(f"{where}: Unsqueeze {axes} of per-sample {list(x.onnx_shape())}; only adding "
+                                    "the channel axis to an [N, H, W] image is supported")
         elif op == "Flatten":
             x = resolved(first_data(), op)
             axis = a.get("axis", 1)
             if axis not in (1, -len(x.shape)):
                 raise ImportFailure(f"{where}: axis={axis} does not keep the batch dimension; only axis=1")
-            if len(x.shape) == 1:
-                data[out] = x
-            else:
-                node = emit(n, "flatten", x)
-                data[out] = _Data(node["name"], (int(np.prod(x.shape)),))
+            data[out] = to_flat(n, x)
         elif op == "Reshape":
             x = resolved(first_data(), op)
             target = [int(v) for v in const(1, "the target shape").tolist()]
-            k = int(np.prod(x.shape))
+            oshape = x.onnx_shape()
+            k = int(np.prod(oshape))
             ok_batch = (BATCH, static_batch) if static_batch else (BATCH,)
             if a.get("allowzero", 0) == 0:
-                target = [BATCH if (i == 0 and v == 0) else (x.shape[i - 1] if v == 0 else v)
-                          for i, v in enumerate(target)]
-            good = len(target) == 2 and (
-                (target[0] in ok_batch and target[1] in (-1, k)) or (target[0] == -1 and target[1] == k))
-            if not good:
-                shown = "[" + ", ".join("N" if v == BATCH else str(v) for v in target) + "]"
-                raise ImportFailure(f"{where}: reshape of per-sample {list(x.shape)} to {shown}; only a reshape "
-                                    f"to 2-D [N, {k}] is supported")
-            if len(x.shape) == 1:
-                data[out] = x
+                full = (BATCH,) + tuple(oshape)
+                target = [full[i] if v == 0 and i < len(full) else v for i, v in enumerate(target)]
+            shown = "[" + ", ".join("N" if v == BATCH else str(v) for v in target) + "]"
+            bad = ImportFailure(f"{where}: reshape of per-sample {list(oshape)} to {shown}; supported: to [N, K], "
+                                "and a [N, K] or [N, H, W] image to [N, H, W, 1], [N, 1, H, W] or [N, H, W]")
+            if target and target[0] in ok_batch:
+                per_t = target[1:]
+            elif target and target[0] == -1 and -1 not in target[1:] and int(np.prod(target[1:])) == k:
+                per_t = target[1:]
             else:
-                node = emit(n, "flatten", x)
-                data[out] = _Data(node["name"], (k,))
+                raise bad
+            if per_t.count(-1) == 1:
+                rest = int(np.prod([v for v in per_t if v != -1]))
+                per_t[per_t.index(-1)] = k // rest if rest and k % rest == 0 else -1
+            if not per_t or min(per_t) < 1 or int(np.prod(per_t)) != k:
+                raise bad
+            if len(per_t) == 1:
+                data[out] = to_flat(n, x)
+            elif x.layout in ("raw_flat", "hw") or (len(x.shape) == 3 and x.shape[0] == 1 and x.hwc is None):
+                # A one-channel image, however the ONNX graph holds it: the engine's [1, H, W] map.
+                if len(x.shape) != 3 or x.shape[0] != 1:
+                    raise bad
+                h, w_ = x.shape[1], x.shape[2]
+                if per_t == [h, w_]:
+                    data[out] = _Data(x.value, x.shape, layout="hw")
+                elif per_t == [h, w_, 1]:
+                    data[out] = _Data(x.value, x.shape, layout="nhwc")
+                elif per_t == [1, h, w_]:
+                    data[out] = _Data(x.value, x.shape)
+                else:
+                    raise bad
+            else:
+                raise bad
         elif op == "Softmax":
-            x = resolved(first_data(), op)
+            x = as_flat_or_map(resolved(first_data(), op))
             axis = a.get("axis", 1 if opset < 13 else -1)
             if len(x.shape) != 1 or axis not in (1, -1):
                 raise ImportFailure(f"{where}: only softmax over the features of a 2-D [N, K] value is supported "
                                     f"(per-sample {list(x.shape)}, axis {axis})")
             node = emit(n, "softmax", x)
-            data[out] = _Data(node["name"], x.shape)
+            data[out] = _Data(node["name"], x.shape, hwc=x.hwc)
         elif op == "Pad":
             x = resolved(first_data(), op)
             if a.get("mode", "constant") != "constant":
@@ -337,7 +482,7 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
                 value = float(cv.reshape(-1)[0]) if cv is not None and cv.size else 0.0
                 if len(ins) > 3 and ins[3]:
                     raise ImportFailure(f"{where}: the axes input of Pad is not supported")
-            if len(pads) != 8 or len(x.shape) != 3:
+            if len(pads) != 8 or len(x.shape) != 3 or x.layout != "nchw":
                 raise ImportFailure(f"{where}: only padding of an [N, C, H, W] value is supported")
             if pads[0] or pads[1] or pads[4] or pads[5]:
                 raise ImportFailure(f"{where}: pads {pads} pad the batch or channel axis")
@@ -364,7 +509,11 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
     for o in g.output:
         if o.name not in data or data[o.name].value is None or data[o.name].value == spec["name"]:
             raise ImportFailure(f"{path}: output '{o.name}' is not computed by a supported node")
-        outputs.append(data[o.name].value)
+        d = data[o.name]
+        if d.hwc is not None or (d.layout == "nhwc" and d.shape[0] > 1):
+            raise ImportFailure(f"{path}: output '{o.name}' is in channels-last order, which the engine (channels "
+                                "first) does not reproduce")
+        outputs.append(d.value)
     if not nodes:
         raise ImportFailure(f"{path}: the graph has no nodes to export")
     if any(input_pad):
@@ -377,10 +526,10 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
     if labels is not None:
         graph["labels"] = list(labels)
     graph.update({"nodes": nodes, "outputs": outputs})
-    return graph, tensors, user_pad, len(per), static_batch
+    return graph, tensors, user_pad, layout, static_batch
 
 
-def onnx_source(model, spec: dict, user_pad: list[int], rank: int, static_batch: int | None):
+def onnx_source(model, spec: dict, user_pad: list[int], layout: str, static_batch: int | None):
     """Raw uint8 [N, C, H, W] -> the ONNX model's first output, the input prepared as the user's
     code would (stated scaling and padding; flattened for a [N, K] input). A model exported with a
     fixed batch size is run in slices of that size."""
@@ -389,8 +538,12 @@ def onnx_source(model, spec: dict, user_pad: list[int], rank: int, static_batch:
 
     def run(batch: np.ndarray) -> np.ndarray:
         x = ic.user_preprocess(spec, user_pad, batch)
-        if rank == 1:
+        if layout == "raw_flat":
             x = x.reshape(len(x), -1)
+        elif layout == "hw":
+            x = x[:, 0]
+        elif layout == "nhwc":
+            x = x.transpose(0, 2, 3, 1)
         if not static_batch:
             return np.asarray(run_feeds({name: np.ascontiguousarray(x)}), np.float32)
         outs = []
@@ -411,18 +564,23 @@ def load(args, like):
     producer = f"{model.producer_name} {model.producer_version}".strip() or "unknown producer"
     description = args.description or (f"imported from ONNX file {pathlib.Path(args.source).name} "
                                        f"({producer}, opset {onnx_reference.opset_of(model)})")
-    graph, tensors, user_pad, rank, static_batch = graph_from_onnx(
+    graph, tensors, user_pad, layout, static_batch = graph_from_onnx(
         model, args, like, name=name, labels=labels, description=description, path=args.source)
-    return graph, tensors, onnx_source(model, graph["input"], user_pad, rank, static_batch)
+    return graph, tensors, onnx_source(model, graph["input"], user_pad, layout, static_batch)
 
 
 def register(sub) -> None:
     from .export_cli import _common
     p = sub.add_parser(
-        "onnx", help="an ONNX model (e.g. written by torch.onnx.export)",
+        "onnx", help="an ONNX model (torch.onnx.export, tf2onnx, keras2onnx, CNTK, ...)",
         description="Import an ONNX model. Data-path ops: " + ", ".join(SUPPORTED) + "; constant subgraphs "
-                    "(shape arithmetic) are evaluated at import time; any other op is an error naming the "
-                    "node. The model's float input becomes a uint8 input with the preprocessing you state "
+                    "(Shape/Gather/Unsqueeze/Concat shape arithmetic) are evaluated at import time; any other op "
+                    "is an error naming the node. Inputs [N, C, H, W], channels-last [N, H, W, C] or [N, H, W] "
+                    "(the NHWC<->NCHW Transposes are removed and the first Gemm/MatMul's columns permuted), or "
+                    "[N, K]; a fixed batch size is run as any batch. Format v1 has no scale-and-shift or concat "
+                    "op: BatchNormalization and constant Add/Sub/Mul/Div fold into the Conv or Gemm/MatMul just "
+                    "before them (else an error); Concat of computed values is refused. "
+                    "The model's float input becomes a uint8 input with the preprocessing you state "
                     "(--scale, default 1/255; --mean; --std; --pad). The check runs the ONNX model itself "
                     "(onnx.reference if installed, else a NumPy evaluator) next to the graph and the engine.")
     p.add_argument("source", help="ONNX model file (.onnx)")

@@ -243,7 +243,18 @@ def _shape(inputs, a, opset):
     return [s[a.get("start", 0):a.get("end", None)]]
 
 
+def _batchnorm(inputs, a, opset):
+    x, scale, bias, mean, var = inputs[:5]
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    eps = np.asarray(a.get("epsilon", 1e-5), x.dtype)
+    y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape) + bias.reshape(shape)
+    return [y.astype(x.dtype)]
+
+
 OPS = {
+    "BatchNormalization": _batchnorm,
+    "GlobalAveragePool": lambda i, a, o: [i[0].mean(axis=(2, 3), keepdims=True).astype(i[0].dtype)],
+    "GlobalMaxPool": lambda i, a, o: [i[0].max(axis=(2, 3), keepdims=True)],
     "Conv": lambda i, a, o: [conv(i[0], i[1], i[2] if len(i) > 2 else None, a)],
     "MaxPool": lambda i, a, o: [pool(i[0], a, "max")],
     "AveragePool": lambda i, a, o: [pool(i[0], a, "avg")],
