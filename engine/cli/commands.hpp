@@ -16,7 +16,7 @@ struct RunOptions {
   std::string data;
   std::string labels;        // empty: look for MNIST-named labels beside the data
   std::string backend;       // empty: the best available
-  int batch = 256;
+  std::optional<int> batch;  // none: the backend's preferred batch (256 on a CPU, 65536 on a GPU)
   std::optional<int64_t> limit;
   std::string output;        // "index class probability" lines
   std::string dump_outputs;  // first output as float32 .npy

@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
       ->required();
   run_cmd->add_option("--labels", run.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
   run_cmd->add_option("--backend", run.backend, "Backend: " + backend_names() + " (default: best available)");
-  run_cmd->add_option("--batch", run.batch, "Images per batch")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  run_cmd->add_option("--batch", run.batch, "Images per batch (default: the backend's, 256 on a CPU, 65536 on a GPU)")
+      ->check(CLI::Range(1, 1 << 20));
   run_cmd->add_option("--limit", run.limit, "Classify only the first N images")->check(CLI::PositiveNumber);
   run_cmd->add_option("--output", run.output, "Write 'index class probability' lines to FILE");
   run_cmd->add_flag("--json", run.json, "Print a JSON summary on stdout instead of the text report");

@@ -108,7 +108,7 @@ int run_command(const RunOptions& o) {
   const auto plan_start = Clock::now();
   const Graph graph = plan_graph(model);
   CompileOptions copts;
-  copts.max_batch = int(std::min<int64_t>(o.batch, count));
+  copts.max_batch = int(std::min<int64_t>(o.batch.value_or(backend->preferred_batch()), count));
   copts.deterministic = !o.nondeterministic;
   copts.precision = o.precision == "tf32" ? Precision::TF32 : Precision::FP32;
   copts.fuse = !o.no_fuse;
@@ -159,8 +159,13 @@ int run_command(const RunOptions& o) {
 
   // GPU backends replay each batch size's forward pass as a CUDA graph (one launch instead of one
   // per kernel); a backend that cannot, or a capture that fails, runs plain launches.
-  bool graph_replay = !o.no_cuda_graph && !exe->use_graph_replay(true).has_value();
+  // Where it pays: a capture costs a plain forward plus the capture itself, so only when the same
+  // batch size repeats (four full batches or more).
+  bool graph_replay = !o.no_cuda_graph && count / copts.max_batch >= 4 && !exe->use_graph_replay(true).has_value();
   if (graph_replay) spdlog::debug("forward passes replayed as CUDA graphs");
+  // The images go to the device straight from where they were read (page-locked once, here).
+  if (exe->pin_host_input(data.bytes(), size_t(count) * sample_bytes))
+    spdlog::debug("input images page-locked for direct uploads");
 
   const auto run_start = Clock::now();
   for (int64_t start = 0; start < count; start += copts.max_batch) {

@@ -68,6 +68,11 @@ class Executable {
   // One line: which execution path runs (e.g. "fused (conv chain + dense chain kernels)" or
   // "per-node kernels (not fused: node 'a' (add) ...)"), for `engine run`, `info` and `bench`.
   virtual std::string execution_path() const { return {}; }
+  // The caller promises that [data, data + bytes) stays valid and unchanged in size for the
+  // executable's life and will pass pointers into it to run(): a GPU backend page-locks it once so
+  // uploads go straight from it (no copy through the staging buffer). Best effort: a backend that
+  // cannot returns false and run() works as before.
+  virtual bool pin_host_input(const void* /*data*/, size_t /*bytes*/) { return false; }
 
   // Staged execution, for benchmarks that time scopes apart (engine bench): run() is stage_input,
   // compute, fetch_outputs, synchronize, then a copy out of staged_output(). On a GPU each call only
@@ -110,6 +115,9 @@ class Backend {
   // Why this backend cannot run the node, or nullopt when it can.
   virtual std::optional<std::string> unsupported(const formats::Node& node) const = 0;
   virtual std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) = 0;
+  // The batch capacity `engine run` plans for when the user gives none: small on a CPU (cache-sized
+  // tiles, prompt progress), large on a GPU (a batch must fill the device to pay for its launches).
+  virtual int preferred_batch() const { return 256; }
 };
 
 // Throws std::runtime_error naming every node the backend cannot run, before anything runs.

@@ -41,6 +41,7 @@ std::optional<std::string> unavailable_reason() {
 class CudnnBackend final : public Backend {
  public:
   std::string name() const override { return "cudnn"; }
+  int preferred_batch() const override { return 65536; }
   std::string description() const override {
     std::string device = "no GPU";
     try {

@@ -371,6 +371,7 @@ class CustomBackend final : public Backend {
     }
     return std::string("op not implemented by the custom backend");
   }
+  int preferred_batch() const override { return 65536; }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     check_supported(*this, graph);
     const fused::DeviceShape device = read_device_shape();

@@ -57,14 +57,17 @@ void GpuExecutable::upload_async(const void* host_input, int n) {
   if (n < 1 || n > max_batch_)
     throw std::invalid_argument(fmt::format("batch of {} images outside 1..{}", n, max_batch_));
   const size_t bytes = input_sample_bytes_ * size_t(n);
-  if (host_input != pinned_input_.data()) std::memcpy(pinned_input_.data(), host_input, bytes);
+  const auto* in = static_cast<const uint8_t*>(host_input);
+  const bool registered = pinned_user_ && in >= pinned_user_ && in + bytes <= pinned_user_ + pinned_user_bytes_;
+  const void* source = pinned_input_.data();
+  if (registered) source = host_input;  // page-locked by pin_host_input: DMA straight from it
+  else if (host_input != pinned_input_.data()) std::memcpy(pinned_input_.data(), host_input, bytes);
   float* dst = device_value(graph_.input);
   if (graph_.model->input.dtype == formats::InputDType::UInt8) {
-    CUDA_CHECK(cudaMemcpyAsync(raw_input_.data(), pinned_input_.data(), bytes, cudaMemcpyHostToDevice,
-                               stream()));
+    CUDA_CHECK(cudaMemcpyAsync(raw_input_.data(), source, bytes, cudaMemcpyHostToDevice, stream()));
     preprocess_uint8(raw_input_.data(), dst, n, preprocess_, stream());
   } else {
-    CUDA_CHECK(cudaMemcpyAsync(dst, pinned_input_.data(), bytes, cudaMemcpyHostToDevice, stream()));
+    CUDA_CHECK(cudaMemcpyAsync(dst, source, bytes, cudaMemcpyHostToDevice, stream()));
   }
 }
 
@@ -87,6 +90,23 @@ GpuExecutable::~GpuExecutable() {
     cudaStreamSynchronize(stream());
     cudaGraphExecDestroy(graph_exec_);
   }
+  if (pinned_user_) {
+    cudaStreamSynchronize(stream());
+    cudaHostUnregister(const_cast<uint8_t*>(pinned_user_));
+  }
+}
+
+bool GpuExecutable::pin_host_input(const void* data, size_t bytes) {
+  if (pinned_user_ || data == nullptr || bytes == 0) return false;
+  // Page-locking is a plan-time cost (about a millisecond per 10 MB); if the system refuses (locked
+  // memory limits), uploads keep going through the staging buffer.
+  if (cudaHostRegister(const_cast<void*>(data), bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  pinned_user_ = static_cast<const uint8_t*>(data);
+  pinned_user_bytes_ = bytes;
+  return true;
 }
 
 namespace {

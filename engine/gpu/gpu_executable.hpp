@@ -39,6 +39,7 @@ class GpuExecutable : public Executable {
   void fetch_outputs(int n) override { download_async(n); }
   std::unique_ptr<TimePoint> make_time_point() override;
   std::optional<std::string> use_graph_replay(bool on) override;
+  bool pin_host_input(const void* data, size_t bytes) override;
 
   cudaStream_t stream() const { return stream_.get(); }
   const Graph& graph() const { return graph_; }
@@ -64,6 +65,8 @@ class GpuExecutable : public Executable {
   std::optional<RunTimings> timings_;
   bool graph_replay_ = false;
   DeviceBuffer<float> graph_input_copy_;  // the input across the plain forward before a capture
+  const uint8_t* pinned_user_ = nullptr;  // host memory registered by pin_host_input, uploaded from directly
+  size_t pinned_user_bytes_ = 0;
   cudaGraphExec_t graph_exec_ = nullptr;  // forward(graph_n_) as captured
   int graph_n_ = 0;
 };
