@@ -23,6 +23,7 @@ struct RunOptions {
   bool json = false;
   std::string precision = "fp32";
   bool nondeterministic = false;
+  int threads = 0;  // CPU backends; 0: all cores
 };
 
 struct InfoOptions {

@@ -21,6 +21,9 @@ struct CompileOptions {
   int max_batch = 256;        // largest n a run() may be given
   bool deterministic = true;  // bitwise-reproducible results (no atomics, deterministic algorithms)
   Precision precision = Precision::FP32;
+  // CPU backends: threads a run may use (like ONNX Runtime's intra_op_num_threads); 0 = all cores
+  // (OpenMP's default, which OMP_NUM_THREADS overrides). GPU backends ignore it.
+  int threads = 0;
 };
 
 // Per-run timing a backend may report (GPU backends fill it from CUDA events).

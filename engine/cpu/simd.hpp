@@ -1,0 +1,128 @@
+#pragma once
+// SIMD register types for the fast cpu backend's kernels (kernels.hpp). Each is a struct of static
+// functions over one register type, so a kernel template instantiated with it compiles to that
+// instruction set only. Included by exactly one translation unit per instruction set
+// (kernels_avx2.cpp is compiled with -mavx2 -mfma, kernels_sse2.cpp with the x86-64 baseline), each
+// inside its own namespace, so no inline function with AVX2 code can be picked by the linker for
+// code that runs on a CPU without it.
+//
+// fma(a, b, c) is a * b + c: one rounding where the instruction set has FMA (AVX2+FMA), two where it
+// does not (SSE2). Every kernel uses the same operation sequence per output element whatever the
+// data layout, so with one instruction set the results are bitwise identical for any batch split.
+#include <cstdint>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
+#if defined(ENGINE_CPU_AVX2)
+struct Avx2 {
+  static constexpr int W = 8;
+  static constexpr const char* name = "avx2+fma";
+  using V = __m256;
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float fma1(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+  }
+  // maxps semantics: a > b ? a : b (b when either is NaN); max1 is the same on one lane.
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V lt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static V select(V mask, V a, V b) { return _mm256_blendv_ps(b, a, mask); }  // mask ? a : b
+  static V andn(V a, V b) { return _mm256_andnot_ps(a, b); }                   // ~a & b
+  static V and_(V a, V b) { return _mm256_and_ps(a, b); }
+  static V or_(V a, V b) { return _mm256_or_ps(a, b); }
+  static V xor_(V a, V b) { return _mm256_xor_ps(a, b); }
+  // round to nearest (default MXCSR), returned as float, and 2^n for that integer n
+  static V round(V x) { return _mm256_cvtepi32_ps(_mm256_cvtps_epi32(x)); }
+  static V pow2(V n) {
+    const __m256i i = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(i, 23));
+  }
+};
+#endif
+
+#if defined(ENGINE_CPU_SSE2)
+struct Sse2 {
+  static constexpr int W = 4;
+  static constexpr const char* name = "sse2 (portable x86-64, no FMA)";
+  using V = __m128;
+  static V load(const float* p) { return _mm_loadu_ps(p); }
+  static void store(float* p, V v) { _mm_storeu_ps(p, v); }
+  static V set1(float x) { return _mm_set1_ps(x); }
+  static V bcast(const float* p) { return _mm_load1_ps(p); }
+  static V zero() { return _mm_setzero_ps(); }
+  static V add(V a, V b) { return _mm_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm_div_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+  static float fma1(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_add_ss(_mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b)), _mm_set_ss(c)));
+  }
+  static V max(V a, V b) { return _mm_max_ps(a, b); }
+  static V min(V a, V b) { return _mm_min_ps(a, b); }
+  static V lt(V a, V b) { return _mm_cmplt_ps(a, b); }
+  static V select(V mask, V a, V b) { return _mm_or_ps(_mm_and_ps(mask, a), _mm_andnot_ps(mask, b)); }
+  static V andn(V a, V b) { return _mm_andnot_ps(a, b); }
+  static V and_(V a, V b) { return _mm_and_ps(a, b); }
+  static V or_(V a, V b) { return _mm_or_ps(a, b); }
+  static V xor_(V a, V b) { return _mm_xor_ps(a, b); }
+  static V round(V x) { return _mm_cvtepi32_ps(_mm_cvtps_epi32(x)); }
+  static V pow2(V n) {
+    const __m128i i = _mm_add_epi32(_mm_cvtps_epi32(n), _mm_set1_epi32(127));
+    return _mm_castsi128_ps(_mm_slli_epi32(i, 23));
+  }
+};
+#endif
+
+// The vector math shared by every instruction set: exp (Cephes expf: Cody-Waite reduction and a
+// degree-6 polynomial, about 1 ulp), and tanh and the logistic built on it. Inputs are clamped so
+// 2^n stays a normal float; the clamps change results only where the true value is below 1e-37 or
+// rounds to 1 anyway.
+template <class S>
+struct VMath {
+  using V = typename S::V;
+  static V exp(V x) {
+    x = S::min(S::max(x, S::set1(-87.0f)), S::set1(88.0f));
+    const V n = S::round(S::mul(x, S::set1(1.44269504088896341f)));
+    V r = S::sub(x, S::mul(n, S::set1(0.693359375f)));
+    r = S::sub(r, S::mul(n, S::set1(-2.12194440e-4f)));
+    V p = S::set1(1.9875691500e-4f);
+    p = S::fma(p, r, S::set1(1.3981999507e-3f));
+    p = S::fma(p, r, S::set1(8.3334519073e-3f));
+    p = S::fma(p, r, S::set1(4.1665795894e-2f));
+    p = S::fma(p, r, S::set1(1.6666665459e-1f));
+    p = S::fma(p, r, S::set1(5.0000001201e-1f));
+    p = S::fma(p, S::mul(r, r), S::add(r, S::set1(1.0f)));
+    return S::mul(p, S::pow2(n));
+  }
+  // |x| < 0.625: Cephes tanhf's odd polynomial (relative error ~1 ulp near 0, where 1 - 2/(e+1)
+  // would cancel); otherwise sign(x) * (1 - 2 / (exp(2|x|) + 1)).
+  static V tanh(V x) {
+    const V sign = S::and_(x, S::set1(-0.0f));
+    const V ax = S::andn(S::set1(-0.0f), x);
+    const V z = S::mul(x, x);
+    V p = S::set1(-5.70498872745e-3f);
+    p = S::fma(p, z, S::set1(2.06390887954e-2f));
+    p = S::fma(p, z, S::set1(-5.37397155531e-2f));
+    p = S::fma(p, z, S::set1(1.33314422036e-1f));
+    p = S::fma(p, z, S::set1(-3.33332819422e-1f));
+    const V small = S::fma(S::mul(p, z), x, x);
+    const V e = exp(S::add(ax, ax));
+    const V large = S::or_(S::sub(S::set1(1.0f), S::div(S::set1(2.0f), S::add(e, S::set1(1.0f)))), sign);
+    return S::select(S::lt(ax, S::set1(0.625f)), small, large);
+  }
+  static V sigmoid(V x) {
+    return S::div(S::set1(1.0f), S::add(S::set1(1.0f), exp(S::sub(S::zero(), x))));
+  }
+};
