@@ -1,5 +1,5 @@
-// The "cpu" backend: fp32 SIMD kernels chosen at run time from the CPU's features (AVX2 + FMA, else
-// the portable SSE2 ones), always available, the default when no GPU backend can run. Checked
+// The "cpu" backend: fp32 SIMD kernels chosen at run time from the CPU's features (AVX-512F, else
+// AVX2 + FMA, else the portable SSE2 ones), always available, the default when no GPU backend can run. Checked
 // against the "reference" backend (tests/cpu/fast_*_test.cpp).
 #include <fmt/format.h>
 #include <omp.h>
@@ -40,8 +40,18 @@ bool has_avx2_fma() {
 #endif
 }
 
-// The best kernels this CPU runs. ENGINE_CPU_KERNELS=portable forces the portable ones (tests, and
-// comparing the two); =avx2 on a CPU without AVX2+FMA is an error rather than a crash.
+bool has_avx512f() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return has_avx2_fma() && __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+// The best kernels this CPU runs: AVX-512F, else AVX2+FMA, else the portable SSE2 ones.
+// ENGINE_CPU_KERNELS=avx512|avx2|portable forces a set (tests run each; benchmarks compare them);
+// one this CPU lacks is an error rather than a crash.
 const KernelSet& pick_kernels() {
   const char* forced = std::getenv("ENGINE_CPU_KERNELS");
   const std::string want = forced ? forced : "";
@@ -50,8 +60,13 @@ const KernelSet& pick_kernels() {
     if (!has_avx2_fma()) throw std::runtime_error("cpu: ENGINE_CPU_KERNELS=avx2 but this CPU lacks AVX2 or FMA");
     return *kernels_avx2();
   }
+  if (want == "avx512") {
+    if (!has_avx512f()) throw std::runtime_error("cpu: ENGINE_CPU_KERNELS=avx512 but this CPU lacks AVX-512F");
+    return *kernels_avx512();
+  }
   if (!want.empty())
-    throw std::runtime_error(fmt::format("cpu: ENGINE_CPU_KERNELS must be avx2 or portable, got '{}'", want));
+    throw std::runtime_error(fmt::format("cpu: ENGINE_CPU_KERNELS must be avx512, avx2 or portable, got '{}'", want));
+  if (has_avx512f()) return *kernels_avx512();
   return has_avx2_fma() ? *kernels_avx2() : kernels_portable();
 }
 
@@ -86,7 +101,7 @@ namespace engine {
 void register_cpu_backend(BackendRegistry& registry) {
   registry.add(BackendEntry{
       .name = "cpu",
-      .summary = "fp32 SIMD on the host CPU (AVX2+FMA or portable, chosen at run time), tiles of images over threads",
+      .summary = "fp32 SIMD on the host CPU (AVX-512, AVX2+FMA or portable, chosen at run time), tiles of images over threads",
       // Above the reference (0), below the GPU backends (10, 20): the default when no GPU is usable.
       .priority = 5,
       .unavailable_reason = [] { return std::optional<std::string>(); },

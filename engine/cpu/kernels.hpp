@@ -109,14 +109,23 @@ struct K {
         S::store(y + (((int64_t(oc) + r) * s.h_out + oy) * s.w_out + ox + j) * W, act(s.act, acc[r][j]));
   }
 
+  // Register blocks: RO output channels x RX positions, RO * RX <= S::kAccumulators, RO, RX <= 6.
+  static constexpr int kMaxBlock = 6;
   template <int RO>
   static void conv_tile_ro(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int rx) {
-    switch (rx) {
+    constexpr int most = S::kAccumulators / RO < kMaxBlock ? S::kAccumulators / RO : kMaxBlock;
+    switch (rx < most ? rx : most) {
       case 1: conv_tile_block<RO, 1>(s, xp, y, oc, oy, ox); break;
-      case 2: conv_tile_block<RO, 2>(s, xp, y, oc, oy, ox); break;
-      default: conv_tile_block<RO, 3>(s, xp, y, oc, oy, ox); break;
+      case 2: conv_tile_block<RO, (most < 2 ? most : 2)>(s, xp, y, oc, oy, ox); break;
+      case 3: conv_tile_block<RO, (most < 3 ? most : 3)>(s, xp, y, oc, oy, ox); break;
+      case 4: conv_tile_block<RO, (most < 4 ? most : 4)>(s, xp, y, oc, oy, ox); break;
+      case 5: conv_tile_block<RO, (most < 5 ? most : 5)>(s, xp, y, oc, oy, ox); break;
+      default: conv_tile_block<RO, most>(s, xp, y, oc, oy, ox); break;
     }
   }
+  // Output channels per block: all of them up to 6 (LeNet's c1), else 4 (fewer channels per block
+  // leave more registers for positions, but each position's load then feeds fewer FMAs).
+  static int channel_block(int c_out) { return c_out <= kMaxBlock ? c_out : 4; }
 
   // Splits n into chunks of at most `most`, as even as possible (10 by 3: 3, 3, 2, 2), so no
   // chunk is much narrower than the rest.
@@ -142,15 +151,19 @@ struct K {
       pad_input(s, x, scratch, W);
       xp = scratch;
     }
+    const int block = channel_block(s.c_out);
     for (int oy = 0; oy < s.h_out; ++oy) {
-      for (int oc = 0; oc < s.c_out; oc += 4) {
-        const int ro = s.c_out - oc < 4 ? s.c_out - oc : 4;
-        chunks(s.w_out, 3, [&](int ox, int rx) {
+      for (int oc = 0; oc < s.c_out; oc += block) {
+        const int ro = s.c_out - oc < block ? s.c_out - oc : block;
+        const int most = S::kAccumulators / ro < kMaxBlock ? S::kAccumulators / ro : kMaxBlock;
+        chunks(s.w_out, most, [&](int ox, int rx) {
           switch (ro) {
             case 1: conv_tile_ro<1>(s, xp, y, oc, oy, ox, rx); break;
             case 2: conv_tile_ro<2>(s, xp, y, oc, oy, ox, rx); break;
             case 3: conv_tile_ro<3>(s, xp, y, oc, oy, ox, rx); break;
-            default: conv_tile_ro<4>(s, xp, y, oc, oy, ox, rx); break;
+            case 4: conv_tile_ro<4>(s, xp, y, oc, oy, ox, rx); break;
+            case 5: conv_tile_ro<5>(s, xp, y, oc, oy, ox, rx); break;
+            default: conv_tile_ro<6>(s, xp, y, oc, oy, ox, rx); break;
           }
         });
       }
@@ -328,25 +341,29 @@ struct K {
 
   // ---- dense --------------------------------------------------------------------------------
 
-  // Tile path: one block of kUnitBlock units for W images; each weight is broadcast once per tile.
+  // Tile path: UP units of a block at a time (as many accumulators as the registers allow) for W
+  // images; each weight is broadcast once per tile.
+  static constexpr int UP = S::kAccumulators >= kUnitBlock ? kUnitBlock : 8;
   static void dense_tile(const KStep& s, float* arena) {
     const float* x = arena + s.in0 * W;
     float* y = arena + s.out * W;
     const int64_t k = s.elements;
     const int blocks = (s.units + kUnitBlock - 1) / kUnitBlock;
-    for (int b = 0; b < blocks; ++b) {
-      V acc[kUnitBlock];
-      const float* bias = s.bias + int64_t(b) * kUnitBlock;
-      for (int u = 0; u < kUnitBlock; ++u) acc[u] = S::bcast(bias + u);
-      const float* w = s.weight + int64_t(b) * k * kUnitBlock;
-      for (int64_t i = 0; i < k; ++i) {
-        const V xv = S::load(x + i * W);
-        const float* wi = w + i * kUnitBlock;
-        for (int u = 0; u < kUnitBlock; ++u) acc[u] = S::fma(S::bcast(wi + u), xv, acc[u]);
+    for (int b = 0; b < blocks; ++b)
+      for (int h = 0; h < kUnitBlock && b * kUnitBlock + h < s.units; h += UP) {
+        V acc[UP];
+        const float* bias = s.bias + int64_t(b) * kUnitBlock + h;
+        for (int u = 0; u < UP; ++u) acc[u] = S::bcast(bias + u);
+        const float* w = s.weight + int64_t(b) * k * kUnitBlock + h;
+        for (int64_t i = 0; i < k; ++i) {
+          const V xv = S::load(x + i * W);
+          const float* wi = w + i * kUnitBlock;
+          for (int u = 0; u < UP; ++u) acc[u] = S::fma(S::bcast(wi + u), xv, acc[u]);
+        }
+        const int first = b * kUnitBlock + h;
+        const int n = s.units - first < UP ? s.units - first : UP;
+        for (int u = 0; u < n; ++u) S::store(y + (int64_t(first) + u) * W, act(s.act, acc[u]));
       }
-      const int n = s.units - b * kUnitBlock < kUnitBlock ? s.units - b * kUnitBlock : kUnitBlock;
-      for (int u = 0; u < n; ++u) S::store(y + (int64_t(b) * kUnitBlock + u) * W, act(s.act, acc[u]));
-    }
   }
 
   // Single-image path: RB blocks of kUnitBlock units at once (NV vectors each), x broadcast.

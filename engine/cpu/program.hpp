@@ -12,7 +12,7 @@ enum class KAct : int { None, Relu, Tanh, Sigmoid };
 // Dense weights are packed at compile time in blocks of kUnitBlock output units, k-major inside a
 // block: packed[(b * k + i) * kUnitBlock + j] = weight[b * kUnitBlock + j][i], zero past the last
 // unit; the bias is zero-padded the same way. Both kernel layouts read them contiguously.
-inline constexpr int kUnitBlock = 8;
+inline constexpr int kUnitBlock = 16;
 
 struct KStep {
   KOp op = KOp::Act;
@@ -51,7 +51,8 @@ struct KernelSet {
   void (*run_single)(const Program& program, float* arena, float* scratch) = nullptr;
 };
 
-const KernelSet* kernels_avx2();  // nullptr when not built for this target
+const KernelSet* kernels_avx512();
+const KernelSet* kernels_avx2();
 const KernelSet& kernels_portable();
 
 }  // namespace engine::cpu

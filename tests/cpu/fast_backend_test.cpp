@@ -2,7 +2,8 @@
 // shapes (odd sizes, padding, strides, every activation, fused and not), every committed model on
 // its whole test set, and bitwise reproducibility across thread counts and batch splits. Output
 // buffers start as NaN (compare_with_cpu, run_all below), so an element never written fails.
-// Each test runs with the kernels this CPU picks and again with the portable ones.
+// Each test runs with the kernels this CPU picks (AVX-512 where present), with the AVX2 ones where
+// the CPU has them, and with the portable ones.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,17 +40,30 @@ using testing_support::window;
 // index gives (order 1).
 constexpr double kTolerance = 1e-5;
 constexpr double kRelTolerance = 1e-3;
-// Batch sizes that exercise whole tiles (8 with AVX2, 4 portable), partial tiles and single images.
-constexpr int kBatches[] = {1, 2, 3, 5, 8, 13, 37};
+// Batch sizes that exercise whole tiles (16 with AVX-512, 8 with AVX2, 4 portable), partial tiles
+// and single images.
+constexpr int kBatches[] = {1, 2, 3, 5, 8, 13, 16, 37};
 
-// Runs the test body once with the kernels this CPU picks and once with ENGINE_CPU_KERNELS=portable.
+bool cpu_has(const char* feature) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (std::string(feature) == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  return std::string(feature) == "portable";
+}
+
+// Runs the test body with the kernels this CPU picks ("best"), and with ENGINE_CPU_KERNELS=avx2
+// and =portable.
 class FastCpu : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    if (std::string(GetParam()) == "portable")
-      ::setenv("ENGINE_CPU_KERNELS", "portable", 1);
-    else
+    const std::string kernels = GetParam();
+    if (kernels == "best") {
       ::unsetenv("ENGINE_CPU_KERNELS");
+      return;
+    }
+    if (!cpu_has(kernels.c_str())) GTEST_SKIP() << "this CPU cannot run the " << kernels << " kernels";
+    ::setenv("ENGINE_CPU_KERNELS", kernels.c_str(), 1);
   }
   void TearDown() override { ::unsetenv("ENGINE_CPU_KERNELS"); }
 };
@@ -306,11 +320,13 @@ TEST_P(FastCpu, RejectsBadOptionsAndBatches) {
   EXPECT_THROW(testing_support::run_backend(model, "cpu", input.data(), 1, 1, bad), std::invalid_argument);
   const engine::Graph graph = engine::plan_graph(model);
   auto exe = engine::BackendRegistry::instance().create("cpu")->compile(graph, {.max_batch = 2});
-  EXPECT_NE(exe->plan_summary().find(std::string(GetParam()) == "portable" ? "sse2" : "kernels"), std::string::npos)
+  const std::string kernels = GetParam();
+  EXPECT_NE(exe->plan_summary().find(kernels == "portable" ? "sse2" : kernels == "avx2" ? "avx2+fma" : "kernels"),
+            std::string::npos)
       << exe->plan_summary();
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, FastCpu, ::testing::Values("best", "portable"),
+INSTANTIATE_TEST_SUITE_P(Kernels, FastCpu, ::testing::Values("best", "avx2", "portable"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
