@@ -8,7 +8,7 @@
 // float operations in the same order:
 //   conv:    acc = bias (or 0); for c, p, q: acc = fma(w, x, acc), x = 0 at padded taps
 //   dense:   acc = bias; for i: acc = fma(w, x_i, acc)
-//   avgpool: s = 0; for valid (p, q): s = s + x; y = s / divisor
+//   avgpool: s = 0; for valid (p, q): s = s + x; y = s * (1 / divisor)
 //   maxpool: m = -inf; for valid (p, q): m = max(x, m)
 //   softmax: m = max over i; e_i = exp(x_i - m); s = sum of e_i in order; y_i = e_i / s
 //   then the activation, if any, elementwise with the same vector function.
@@ -216,6 +216,70 @@ struct K {
       }
   }
 
+  // Single-image path, vectorised over output channels instead (when a row is much narrower than
+  // the channel count, e.g. LeNet's c3: 10 positions, 16 channels): RV vectors of W channels x RX
+  // positions; weights transposed at compile time to [c][p][q][channel] (weight_t).
+  template <int RV, int RX>
+  static void conv_single_oc_block(const KStep& s, const float* xp, float* y, int oc, int oy, int ox) {
+    V acc[RV][RX];
+    for (int v = 0; v < RV; ++v) {
+      const int n = s.c_out - oc - v * W;
+      const V b = s.bias ? load_part(s.bias + oc + v * W, n < W ? n : W) : S::zero();
+      for (int j = 0; j < RX; ++j) acc[v][j] = b;
+    }
+    for (int64_t c = 0; c < s.c_in; ++c)
+      for (int64_t p = 0; p < s.kh; ++p) {
+        const float* row = xp + (c * s.hp + int64_t(oy) * s.sh + p) * s.wp;
+        const float* wrow = s.weight_t + ((c * s.kh + p) * s.kw) * s.c_out_padded + oc;
+        for (int64_t q = 0; q < s.kw; ++q) {
+          V wv[RV];
+          for (int v = 0; v < RV; ++v) wv[v] = S::load(wrow + q * s.c_out_padded + v * W);
+          for (int j = 0; j < RX; ++j) {
+            const V xb = S::bcast(row + (int64_t(ox) + j) * s.sw + q);
+            for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
+          }
+        }
+      }
+    const int64_t plane = int64_t(s.h_out) * s.w_out;
+    for (int v = 0; v < RV; ++v)
+      for (int j = 0; j < RX; ++j) {
+        alignas(64) float t[W];
+        S::store(t, act(s.act, acc[v][j]));
+        const int n = s.c_out - oc - v * W < W ? s.c_out - oc - v * W : W;
+        float* out = y + (int64_t(oc) + v * W) * plane + int64_t(oy) * s.w_out + ox + j;
+        for (int l = 0; l < n; ++l) out[l * plane] = t[l];
+      }
+  }
+
+  static constexpr int kMaxOcPositions = 8;
+  template <int RV>
+  static void conv_single_oc_rv(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int rx) {
+    switch (rx) {
+      case 1: conv_single_oc_block<RV, 1>(s, xp, y, oc, oy, ox); break;
+      case 2: conv_single_oc_block<RV, 2>(s, xp, y, oc, oy, ox); break;
+      case 3: conv_single_oc_block<RV, 3>(s, xp, y, oc, oy, ox); break;
+      case 4: conv_single_oc_block<RV, 4>(s, xp, y, oc, oy, ox); break;
+      case 5: conv_single_oc_block<RV, 5>(s, xp, y, oc, oy, ox); break;
+      case 6: conv_single_oc_block<RV, 6>(s, xp, y, oc, oy, ox); break;
+      case 7: conv_single_oc_block<RV, 7>(s, xp, y, oc, oy, ox); break;
+      default: conv_single_oc_block<RV, 8>(s, xp, y, oc, oy, ox); break;
+    }
+  }
+
+  static void conv_single_by_channel(const KStep& s, const float* xp, float* y) {
+    for (int oy = 0; oy < s.h_out; ++oy)
+      for (int oc = 0; oc < s.c_out; oc += 2 * W) {
+        const int rv = s.c_out - oc > W ? 2 : 1;
+        const int most = S::kAccumulators / rv < kMaxOcPositions ? S::kAccumulators / rv : kMaxOcPositions;
+        chunks(s.w_out, most, [&](int ox, int rx) {
+          if (rv == 2)
+            conv_single_oc_rv<2>(s, xp, y, oc, oy, ox, rx);
+          else
+            conv_single_oc_rv<1>(s, xp, y, oc, oy, ox, rx);
+        });
+      }
+  }
+
   template <int RO>
   static void conv_single_ro(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int valid) {
     if (valid > W)
@@ -233,16 +297,20 @@ struct K {
       pad_input(s, x, scratch, 1);
       xp = scratch;
     }
+    if (s.single_by_channel) return conv_single_by_channel(s, xp, y);
+    const int block = channel_block(s.c_out);
     for (int oy = 0; oy < s.h_out; ++oy)
-      for (int oc = 0; oc < s.c_out; oc += 4) {
-        const int ro = s.c_out - oc < 4 ? s.c_out - oc : 4;
+      for (int oc = 0; oc < s.c_out; oc += block) {
+        const int ro = s.c_out - oc < block ? s.c_out - oc : block;
         for (int ox = 0; ox < s.w_out; ox += 2 * W) {
           const int valid = s.w_out - ox < 2 * W ? s.w_out - ox : 2 * W;
           switch (ro) {
             case 1: conv_single_ro<1>(s, xp, y, oc, oy, ox, valid); break;
             case 2: conv_single_ro<2>(s, xp, y, oc, oy, ox, valid); break;
             case 3: conv_single_ro<3>(s, xp, y, oc, oy, ox, valid); break;
-            default: conv_single_ro<4>(s, xp, y, oc, oy, ox, valid); break;
+            case 4: conv_single_ro<4>(s, xp, y, oc, oy, ox, valid); break;
+            case 5: conv_single_ro<5>(s, xp, y, oc, oy, ox, valid); break;
+            default: conv_single_ro<6>(s, xp, y, oc, oy, ox, valid); break;
           }
         }
       }
@@ -297,46 +365,56 @@ struct K {
     w.q1 = s.w_in - w.left < s.kw ? s.w_in - w.left : s.kw;
     return w;
   }
-  static float divisor(const KStep& s, const Win& w) {
+  // avgpool multiplies the sum by the float reciprocal of its divisor: a division per output cost
+  // as much as the whole pooling on a single image. (0 when the window holds no input: output 0.)
+  static float reciprocal(const KStep& s, const Win& w) {
     const int64_t rows = w.p1 > w.p0 ? w.p1 - w.p0 : 0, cols = w.q1 > w.q0 ? w.q1 - w.q0 : 0;
-    return s.count_include_pad ? float(int64_t(s.kh) * s.kw) : float(rows * cols);
+    const float d = s.count_include_pad ? float(int64_t(s.kh) * s.kw) : float(rows * cols);
+    return d > 0 ? 1.0f / d : 0.0f;
   }
 
-  // L = W: a vector over the lanes; L = 1: one lane, with the same operations on scalars.
-  static void pool(const KStep& s, const float* x, float* y, int64_t L) {
-    const bool is_max = s.op == KOp::MaxPool;
+  // Tile path: a vector over the lanes.
+  template <bool kMax>
+  static void pool_tile(const KStep& s, const float* x, float* y) {
     for (int64_t c = 0; c < s.c_out; ++c)
       for (int64_t i = 0; i < s.h_out; ++i)
         for (int64_t j = 0; j < s.w_out; ++j) {
           const Win w = window(s, i, j);
-          const float* xc = x + c * s.h_in * s.w_in * L;
-          float* out = y + ((c * s.h_out + i) * s.w_out + j) * L;
-          if (L == W) {
-            V a = is_max ? S::set1(-__builtin_inff()) : S::zero();
-            for (int64_t p = w.p0; p < w.p1; ++p)
-              for (int64_t q = w.q0; q < w.q1; ++q) {
-                const V v = S::load(xc + ((w.top + p) * s.w_in + w.left + q) * L);
-                a = is_max ? S::max(v, a) : S::add(a, v);
-              }
-            if (!is_max) {
-              const float d = divisor(s, w);
-              a = d > 0 ? S::div(a, S::set1(d)) : S::zero();
+          const float* xc = x + c * s.h_in * s.w_in * W;
+          V a = kMax ? S::set1(-__builtin_inff()) : S::zero();
+          for (int64_t p = w.p0; p < w.p1; ++p)
+            for (int64_t q = w.q0; q < w.q1; ++q) {
+              const V v = S::load(xc + ((w.top + p) * s.w_in + w.left + q) * W);
+              a = kMax ? S::max(v, a) : S::add(a, v);
             }
-            S::store(out, act(s.act, a));
-          } else {
-            float a = is_max ? -__builtin_inff() : 0.0f;
-            for (int64_t p = w.p0; p < w.p1; ++p)
-              for (int64_t q = w.q0; q < w.q1; ++q) {
-                const float v = xc[(w.top + p) * s.w_in + w.left + q];
-                a = is_max ? (v > a ? v : a) : a + v;  // maxps(v, a) on one lane
-              }
-            if (!is_max) {
-              const float d = divisor(s, w);
-              a = d > 0 ? a / d : 0.0f;
-            }
-            store_part(out, act(s.act, S::set1(a)), 1);
-          }
+          if (!kMax) a = S::mul(a, S::set1(reciprocal(s, w)));
+          S::store(y + ((c * s.h_out + i) * s.w_out + j) * W, a);
         }
+  }
+
+  // Single-image path: the same operations on one lane. Pooling steps carry no activation (only
+  // conv and dense get one fused).
+  template <bool kMax>
+  static void pool_single(const KStep& s, const float* x, float* y) {
+    for (int64_t c = 0; c < s.c_out; ++c) {
+      const float* xc = x + c * s.h_in * s.w_in;
+      float* yc = y + c * s.h_out * s.w_out;
+      for (int64_t i = 0; i < s.h_out; ++i) {
+        const Win row = window(s, i, 0);
+        for (int64_t j = 0; j < s.w_out; ++j) {
+          const Win w = window(s, i, j);
+          const float* xr = xc + (row.top + row.p0) * s.w_in + w.left;
+          float a = kMax ? -__builtin_inff() : 0.0f;
+          for (int64_t p = row.p0; p < row.p1; ++p, xr += s.w_in)
+            for (int64_t q = w.q0; q < w.q1; ++q) {
+              const float v = xr[q];
+              a = kMax ? (v > a ? v : a) : a + v;  // maxps(v, a) on one lane
+            }
+          if (!kMax) a = a * reciprocal(s, w);
+          yc[i * s.w_out + j] = a;
+        }
+      }
+    }
   }
 
   // ---- dense --------------------------------------------------------------------------------
@@ -458,8 +536,8 @@ struct K {
       const KStep& s = prog.steps[i];
       switch (s.op) {
         case KOp::Conv: conv_tile(s, arena, scratch); break;
-        case KOp::AvgPool:
-        case KOp::MaxPool: pool(s, arena + s.in0 * W, arena + s.out * W, W); break;
+        case KOp::AvgPool: pool_tile<false>(s, arena + s.in0 * W, arena + s.out * W); break;
+        case KOp::MaxPool: pool_tile<true>(s, arena + s.in0 * W, arena + s.out * W); break;
         case KOp::Act: elementwise(s, arena, W); break;
         case KOp::Dense: dense_tile(s, arena); break;
         case KOp::Softmax: softmax_tile(s, arena); break;
@@ -473,8 +551,8 @@ struct K {
       const KStep& s = prog.steps[i];
       switch (s.op) {
         case KOp::Conv: conv_single(s, arena, scratch); break;
-        case KOp::AvgPool:
-        case KOp::MaxPool: pool(s, arena + s.in0, arena + s.out, 1); break;
+        case KOp::AvgPool: pool_single<false>(s, arena + s.in0, arena + s.out); break;
+        case KOp::MaxPool: pool_single<true>(s, arena + s.in0, arena + s.out); break;
         case KOp::Act: elementwise(s, arena, 1); break;
         case KOp::Dense: dense_single(s, arena); break;
         case KOp::Softmax: softmax_single(s, arena); break;

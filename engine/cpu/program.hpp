@@ -28,6 +28,11 @@ struct KStep {
   // (scratch); false when that buffer would be too large (huge padding) and taps are bounds-checked.
   bool padded = false;
   int64_t hp = 0, wp = 0;
+  // Conv, single-image path: vectorise over output channels (weight_t: [c][p][q][c_out_padded],
+  // zero past c_out) rather than along output rows, when that fills more lanes.
+  bool single_by_channel = false;
+  const float* weight_t = nullptr;
+  int64_t c_out_padded = 0;
   int units = 0;               // Dense
   const float* weight = nullptr;  // Conv: OIHW as in the model; Dense: packed (above)
   const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null
