@@ -319,8 +319,10 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
   const int singles = rest >= min_tile_images_ ? 0 : rest;
   const int items = tiles + singles;
   const int threads = std::min(threads_, items);
-  // Static split of whole tiles/images: each is computed by one thread, start to end.
-#pragma omp parallel for schedule(static) num_threads(threads)
+  // Whole tiles/images handed out one at a time (a thread that loses its core to another process
+  // leaves its share to the others); each is computed by one thread, start to end, so which thread
+  // takes which changes nothing in the results.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int item = 0; item < items; ++item) {
     const ThreadBuffers& b = per_thread_[size_t(omp_get_thread_num())];
     if (item < tiles) {
