@@ -11,7 +11,6 @@
 #include <new>
 #include <stdexcept>
 
-#include "engine/reference/ops.hpp"
 
 namespace engine::cpu {
 namespace {
@@ -89,7 +88,12 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   const int lanes = kernels_.lanes;
   const auto& input = graph_.model->input;
   raw_sample_elements_ = formats::element_count(input.raw_shape);
-  if (input.dtype == formats::InputDType::UInt8) chw_of(input.raw_shape, input.name);
+  if (input.dtype == formats::InputDType::UInt8) {
+    const Chw raw = chw_of(input.raw_shape, input.name);
+    const formats::Preprocess& p = *input.preprocess;
+    pre_ = Preprocess{raw.c, raw.h, raw.w, p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, p.scale, p.pad_value,
+                      p.mean.data(), p.std.data()};
+  }
 
   // Steps. An activation right after a conv or dense that is its only reader is fused into it:
   // the kernel applies it before storing, and the conv/dense output is never written.
@@ -262,10 +266,9 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
 void CpuExecutable::load_input(const void* input, int s, float* x) const {
   const auto& in_spec = graph_.model->input;
   if (in_spec.dtype == formats::InputDType::UInt8) {
-    const auto& shape = in_spec.raw_shape;
-    // The reference's own preprocessing: bitwise the same input values as every other backend.
-    reference::preprocess_uint8(static_cast<const uint8_t*>(input) + int64_t(s) * raw_sample_elements_,
-                                reference::Dims3{int(shape[0]), int(shape[1]), int(shape[2])}, *in_spec.preprocess, x);
+    // Vectorised, with the reference's operations: bitwise the same input values as every backend
+    // (tests/cpu/fast_backend_test.cpp, PreprocessingIsBitwiseTheReferences).
+    kernels_.preprocess(pre_, static_cast<const uint8_t*>(input) + int64_t(s) * raw_sample_elements_, x);
   } else {
     std::memcpy(x, static_cast<const float*>(input) + int64_t(s) * raw_sample_elements_,
                 size_t(raw_sample_elements_) * sizeof(float));

@@ -56,6 +56,7 @@ class CpuExecutable : public Executable {
   std::vector<KStep> steps_;
   std::vector<std::vector<float>> packed_;  // dense weights and biases (KStep points into them)
   Program program_;
+  Preprocess pre_;  // uint8 input only
   int64_t raw_sample_elements_ = 0;
   int64_t arena_floats_ = 0;  // per sample, as the steps lay it out (cpu_executable.cpp, place())
   int64_t input_offset_ = 0;

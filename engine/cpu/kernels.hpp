@@ -529,6 +529,39 @@ struct K {
     act_inplace(s.act, y, n);
   }
 
+  // ---- preprocessing -----------------------------------------------------------------------
+
+  // Vectorised along each row; every value goes through the same three IEEE operations as in the
+  // reference (no FMA: this file is built with -ffp-contract=off), so the bits are the same.
+  static void preprocess(const Preprocess& p, const uint8_t* raw, float* out) {
+    const int64_t oh = int64_t(p.height) + p.pad_top + p.pad_bottom, ow = int64_t(p.width) + p.pad_left + p.pad_right;
+    for (int64_t c = 0; c < p.channels; ++c) {
+      float* plane = out + c * oh * ow;
+      const uint8_t* src = raw + c * int64_t(p.height) * p.width;
+      const float mean = p.mean[c], sd = p.std[c];
+      const V vs = S::set1(p.scale), vm = S::set1(mean), vd = S::set1(sd);
+      for (int64_t y = 0; y < oh; ++y) {
+        float* row = plane + y * ow;
+        const int64_t sy = y - p.pad_top;
+        if (sy < 0 || sy >= p.height) {
+          for (int64_t x = 0; x < ow; ++x) row[x] = p.pad_value;
+          continue;
+        }
+        for (int64_t x = 0; x < p.pad_left; ++x) row[x] = p.pad_value;
+        for (int64_t x = p.pad_left + p.width; x < ow; ++x) row[x] = p.pad_value;
+        const uint8_t* s_row = src + sy * p.width;
+        float* d_row = row + p.pad_left;
+        int64_t x = 0;
+        for (; x + W <= p.width; x += W) S::store(d_row + x, S::div(S::sub(S::mul(S::load_u8(s_row + x), vs), vm), vd));
+        for (; x < p.width; ++x) {
+          const float scaled = float(s_row[x]) * p.scale;
+          const float centred = scaled - mean;
+          d_row[x] = centred / sd;
+        }
+      }
+    }
+  }
+
   // ---- whole network ------------------------------------------------------------------------
 
   static void run_tile(const Program& prog, float* arena, float* scratch) {

@@ -38,6 +38,16 @@ struct KStep {
   const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null
 };
 
+// uint8 input preprocessing (model-format-v1.md): (float(x) * scale - mean[c]) / std[c], rounded
+// after each operation exactly as the reference does it, border = pad_value.
+struct Preprocess {
+  int channels = 0, height = 0, width = 0;  // raw
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  float scale = 1, pad_value = 0;
+  const float* mean = nullptr;  // [channels]
+  const float* std = nullptr;   // [channels]
+};
+
 struct Program {
   const KStep* steps = nullptr;
   int count = 0;
@@ -54,6 +64,8 @@ struct KernelSet {
   // `scratch` holds at least scratch_floats(program, lanes) floats (padded conv inputs).
   void (*run_tile)(const Program& program, float* arena, float* scratch) = nullptr;
   void (*run_single)(const Program& program, float* arena, float* scratch) = nullptr;
+  // One image's raw pixels to its preprocessed [C, H', W'] floats (bitwise the reference's values).
+  void (*preprocess)(const Preprocess& p, const uint8_t* raw, float* out) = nullptr;
 };
 
 const KernelSet* kernels_avx512();

@@ -25,6 +25,9 @@ struct Avx512 {
   using V = __m512;
   using Mask = __mmask16;
   static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_u8(const uint8_t* p) {  // W bytes, each converted exactly
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V bcast(const float* p) { return _mm512_set1_ps(*p); }
@@ -63,6 +66,9 @@ struct Avx2 {
   static constexpr const char* name = "avx2+fma";
   using V = __m256;
   static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_u8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
@@ -101,6 +107,12 @@ struct Sse2 {
   static constexpr const char* name = "sse2 (portable x86-64, no FMA)";
   using V = __m128;
   static V load(const float* p) { return _mm_loadu_ps(p); }
+  static V load_u8(const uint8_t* p) {
+    int32_t four;
+    __builtin_memcpy(&four, p, 4);
+    const __m128i z = _mm_setzero_si128();
+    return _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(_mm_cvtsi32_si128(four), z), z));
+  }
   static void store(float* p, V v) { _mm_storeu_ps(p, v); }
   static V set1(float x) { return _mm_set1_ps(x); }
   static V bcast(const float* p) { return _mm_load1_ps(p); }

@@ -200,6 +200,32 @@ TEST_P(FastCpu, FusedActivationsInLenetLikeModels) {
     }
 }
 
+// The uint8 preprocessing gives bitwise the reference's values (rows wider and narrower than a
+// vector, three channels, asymmetric padding with a pad value).
+TEST_P(FastCpu, PreprocessingIsBitwiseTheReferences) {
+  for (int width : {4, 19, 40}) {
+    formats::Preprocess p;
+    p.scale = 0.003921568859368563f;
+    p.mean = {0.485f, 0.456f, 0.406f};
+    p.std = {0.229f, 0.224f, 0.225f};
+    p.pad_top = 2, p.pad_bottom = 1, p.pad_left = 0, p.pad_right = 3;
+    p.pad_value = -0.5f;
+    auto model = testing_support::ModelBuilder("pre", {1})
+                     .uint8_input({3, 5, width}, p)
+                     .unary("y", OpType::Flatten, "x")  // the output is the preprocessed input itself
+                     .outputs({"y"})
+                     .build();
+    for (int batch : kBatches) {
+      const auto pixels = testing_support::random_bytes(size_t(15 * width) * batch, 700 + batch);
+      const auto want = testing_support::run_backend(model, "reference", pixels.data(), batch, batch);
+      const auto got = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+      ASSERT_EQ(got[0].size(), want[0].size());
+      EXPECT_EQ(std::memcmp(got[0].data(), want[0].data(), want[0].size() * sizeof(float)), 0)
+          << "width " << width << " batch " << batch;
+    }
+  }
+}
+
 // ---- whole models on their test sets ------------------------------------------------------------
 
 struct Images {
