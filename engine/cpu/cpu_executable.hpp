@@ -16,6 +16,7 @@
 
 #include "engine/core/backend.hpp"
 #include "engine/cpu/program.hpp"
+#include "engine/cpu/tile_pool.hpp"
 
 namespace engine::cpu {
 
@@ -63,6 +64,7 @@ class CpuExecutable : public Executable {
   std::vector<int64_t> output_offsets_, output_elements_;
   std::unique_ptr<float[], FreeDeleter> buffers_;
   std::vector<ThreadBuffers> per_thread_;
+  std::unique_ptr<TilePool> pool_;  // threads_ - 1 workers; the caller is thread 0
   std::string summary_;
   const void* staged_input_ = nullptr;
   std::vector<std::vector<float>> staged_outputs_;
