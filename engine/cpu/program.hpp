@@ -61,7 +61,7 @@ struct Program {
 struct KernelSet {
   const char* name = "";
   int lanes = 1;
-  // `scratch` holds at least scratch_floats(program, lanes) floats (padded conv inputs).
+  // `scratch` holds the zero-bordered copy of the largest padded conv input (x lanes), plus slack.
   void (*run_tile)(const Program& program, float* arena, float* scratch) = nullptr;
   void (*run_single)(const Program& program, float* arena, float* scratch) = nullptr;
   // One image's raw pixels to its preprocessed [C, H', W'] floats (bitwise the reference's values).
