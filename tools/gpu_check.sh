@@ -54,30 +54,30 @@ for s in "${steps[@]}"; do
     py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
     for pair in lenet5:mnist lenet5-fashion:fashion seed002-cnn:mnist seed003-mlp:mnist; do
       m=${pair%%:*} d=$PWD/data/${pair#*:}
-      for be in cpu custom cudnn; do
+      for be in reference cpu custom cudnn; do
         $B/engine -v run models/$m.json "$d/t10k-images-idx3-ubyte.gz" --labels "$d/t10k-labels-idx1-ubyte.gz" \
           --backend $be --batch 1024 --json --dump-outputs "$OUT/$m-$be.npy" >"$OUT/run-$m-$be.json" \
           2>"$OUT/run-$m-$be.log" || { status=1; tail -3 "$OUT/run-$m-$be.log"; }
-        [[ $be == cpu ]] || $B/engine -q run models/$m.json "$d/t10k-images-idx3-ubyte.gz" --backend $be --batch 1024 \
+        [[ $be == reference ]] || $B/engine -q run models/$m.json "$d/t10k-images-idx3-ubyte.gz" --backend $be --batch 1024 \
           --json --dump-outputs "$OUT/$m-$be-again.npy" >/dev/null 2>&1 || status=1
       done
       "$py" - "$OUT" "$m" <<'PY' || status=1
 import json, sys
 import numpy as np
 out, m = sys.argv[1], sys.argv[2]
-ref = np.load(f"{out}/{m}-cpu.npy")
+ref = np.load(f"{out}/{m}-reference.npy")
 ok = True
-for be in ("cpu", "custom", "cudnn"):
+for be in ("reference", "cpu", "custom", "cudnn"):
     r = json.load(open(f"{out}/run-{m}-{be}.json"))
     line = (f"{m:15s} {be:7s} accuracy {100 * r['accuracy']:.2f}% ({r['correct']}/{r['images']}), "
             f"{r['images_per_second']:,.0f} images/s, {r['device']}")
-    if be != "cpu":
+    if be != "reference":
         p = np.load(f"{out}/{m}-{be}.npy")
         again = np.load(f"{out}/{m}-{be}-again.npy")
         same = int((p.argmax(1) == ref.argmax(1)).sum())
         dp = float(np.abs(p.astype(np.float64) - ref).max())
         bitwise = p.tobytes() == again.tobytes()
-        line += f"; vs cpu: same class {same}/{len(ref)}, max |dp| {dp:.2e}; two runs bitwise equal: {bitwise}"
+        line += f"; vs reference: same class {same}/{len(ref)}, max |dp| {dp:.2e}; two runs bitwise equal: {bitwise}"
         ok &= same == len(ref) and dp <= 1e-5 and bitwise
     print(line)
 sys.exit(0 if ok else 1)

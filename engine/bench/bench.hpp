@@ -23,7 +23,8 @@ struct ModelBenchOptions {
   bool no_fuse = false;            // per-node kernels even where a backend would fuse
   bool profile = false;            // per-layer table from a separate run
   int profile_batch = 0;           // 0: the largest batch whose latency was <= 50 ms
-  int max_cpu_batch = 4096;        // larger batches are skipped on the cpu backend (time)
+  int max_cpu_batch = 4096;        // larger batches are skipped on the CPU backends (time)
+  int threads = 0;                 // CPU backends' threads (CompileOptions::threads); 0: all cores
   std::string json_path;
   std::string command_line;  // recorded in the JSON
 };

@@ -179,7 +179,7 @@ std::vector<std::string> ModelBench::pick_backends() {
     }
   }
   if (all || asked.empty()) {
-    // Highest priority first (the GPU backends before the cpu reference), so a run cut short by a
+    // Highest priority first (the GPU backends before the CPU ones), so a run cut short by a
     // time limit has measured what matters most.
     std::vector<const BackendEntry*> entries;
     for (const auto& e : registry.entries()) entries.push_back(&e);
@@ -337,8 +337,8 @@ void ModelBench::bench_case(Executable& exe, const std::string& backend, int n, 
 void ModelBench::bench_backend(const std::string& name, Backend& backend) {
   std::vector<int> batches;
   for (int b : o_.batches) {
-    if (name == "cpu" && b > o_.max_cpu_batch) {
-      // The cpu backend is the reference, named here only for this time limit.
+    if ((name == "cpu" || name == "reference") && b > o_.max_cpu_batch) {
+      // The CPU backends, named here only for this time limit.
       const std::string why = fmt::format(
           "batch {} > --max-cpu-batch {} (each iteration would take long on the "
           "CPU; raise --max-cpu-batch to run it)",
@@ -355,6 +355,7 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
       CompileOptions copts;
       copts.max_batch = n;
       copts.fuse = !o_.no_fuse;
+      copts.threads = o_.threads;
       exe = backend.compile(*graph_, copts);
     } catch (const std::exception& e) {
       skipped_.push_back(Skip{name, n, fmt::format("compile failed: {}", e.what())});
@@ -484,6 +485,7 @@ void ModelBench::profile(Backend& backend, const std::string& name, int n) {
   CompileOptions copts;
   copts.max_batch = n;
   copts.fuse = !o_.no_fuse;
+  copts.threads = o_.threads;
   std::vector<double> cumulative(model.nodes.size(), 0.0);
   double previous = 0;
   for (size_t k = 0; k < model.nodes.size(); ++k) {
@@ -721,7 +723,8 @@ Json ModelBench::to_json() const {
                        {"cuda_graph", o_.cuda_graph},
                        {"no_data_transfers", o_.no_data_transfers},
                        {"profile", o_.profile},
-                       {"max_cpu_batch", o_.max_cpu_batch}};
+                       {"max_cpu_batch", o_.max_cpu_batch},
+                       {"threads", o_.threads}};
   Json results = Json::array();
   for (const auto& r : results_) {
     Json e{{"backend", r.backend},

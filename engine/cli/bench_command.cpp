@@ -40,6 +40,8 @@ CLI::App* add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "CPU backends: threads to use (default: all cores)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--warmup", o.warmup_ms, "Warm-up per case, milliseconds")->capture_default_str();
   cmd->add_option("--iterations", o.iterations, "At least this many iterations per repetition")
       ->check(CLI::PositiveNumber)

@@ -25,6 +25,7 @@ struct RunOptions {
   bool nondeterministic = false;
   bool no_fuse = false;      // per-node kernels even where a backend would fuse
   bool no_cuda_graph = false;  // plain launches instead of CUDA-graph replay
+  int threads = 0;  // CPU backends; 0: all cores
 };
 
 struct InfoOptions {

@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--precision", run.precision, "fp32, or tf32 (GPU tensor cores; less exact)")
       ->check(CLI::IsMember({"fp32", "tf32"}))
       ->capture_default_str();
+  run_cmd->add_option("--threads", run.threads, "CPU backends: threads to use (default: all cores)")
+      ->check(CLI::Range(1, 4096));
   run_cmd->add_flag("--nondeterministic", run.nondeterministic,
                     "Allow faster algorithms whose results may vary in the last bits from run to run");
   run_cmd->add_flag("--no-fuse", run.no_fuse,

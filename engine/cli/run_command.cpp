@@ -112,6 +112,7 @@ int run_command(const RunOptions& o) {
   copts.deterministic = !o.nondeterministic;
   copts.precision = o.precision == "tf32" ? Precision::TF32 : Precision::FP32;
   copts.fuse = !o.no_fuse;
+  copts.threads = o.threads;
   auto exe = backend->compile(graph, copts);
   const double plan_seconds = seconds_since(plan_start);
   spdlog::info("planned for batch {} in {:.3f} s", copts.max_batch, plan_seconds);

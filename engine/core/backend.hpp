@@ -24,6 +24,9 @@ struct CompileOptions {
   // Backends may run several nodes as one kernel (the custom backend's fused path). false asks for
   // the per-node kernels, for comparisons and tests (`--no-fuse`).
   bool fuse = true;
+  // CPU backends: threads a run may use (like ONNX Runtime's intra_op_num_threads); 0 = all cores
+  // (OpenMP's default, which OMP_NUM_THREADS overrides). GPU backends ignore it.
+  int threads = 0;
 };
 
 // Per-run timing a backend may report (GPU backends fill it from CUDA events).

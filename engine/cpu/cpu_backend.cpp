@@ -1,20 +1,23 @@
-// The "cpu" backend: always available, priority 0, the reference every other backend is checked
-// against.
+// The "cpu" backend: fp32 SIMD kernels chosen at run time from the CPU's features (AVX-512F, else
+// AVX2 + FMA, else the portable SSE2 ones), always available, the default when no GPU backend can run. Checked
+// against the "reference" backend (tests/cpu/fast_*_test.cpp).
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "engine/core/registry.hpp"
 #include "engine/cpu/cpu_executable.hpp"
+#include "engine/cpu/program.hpp"
 
 namespace engine::cpu {
 namespace {
 
-// The processor's marketing name from /proc/cpuinfo when there is one (Linux), for the logs.
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -28,12 +31,51 @@ std::string cpu_model_name() {
   return {};
 }
 
+bool has_avx2_fma() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+bool has_avx512f() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return has_avx2_fma() && __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+// The best kernels this CPU runs: AVX-512F, else AVX2+FMA, else the portable SSE2 ones.
+// ENGINE_CPU_KERNELS=avx512|avx2|portable forces a set (tests run each; benchmarks compare them);
+// one this CPU lacks is an error rather than a crash.
+const KernelSet& pick_kernels() {
+  const char* forced = std::getenv("ENGINE_CPU_KERNELS");
+  const std::string want = forced ? forced : "";
+  if (want == "portable") return kernels_portable();
+  if (want == "avx2") {
+    if (!has_avx2_fma()) throw std::runtime_error("cpu: ENGINE_CPU_KERNELS=avx2 but this CPU lacks AVX2 or FMA");
+    return *kernels_avx2();
+  }
+  if (want == "avx512") {
+    if (!has_avx512f()) throw std::runtime_error("cpu: ENGINE_CPU_KERNELS=avx512 but this CPU lacks AVX-512F");
+    return *kernels_avx512();
+  }
+  if (!want.empty())
+    throw std::runtime_error(fmt::format("cpu: ENGINE_CPU_KERNELS must be avx512, avx2 or portable, got '{}'", want));
+  if (has_avx512f()) return *kernels_avx512();
+  return has_avx2_fma() ? *kernels_avx2() : kernels_portable();
+}
+
 class CpuBackend : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   std::string description() const override {
     const std::string model = cpu_model_name();
-    return fmt::format("reference C++ on {} ({} OpenMP threads, double accumulation)",
+    return fmt::format("fp32 SIMD ({}) on {} ({} threads by default)", pick_kernels().name,
                        model.empty() ? std::string("the host CPU") : model, omp_get_max_threads());
   }
   std::optional<std::string> unsupported(const formats::Node& node) const override {
@@ -47,7 +89,7 @@ class CpuBackend : public Backend {
   }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     check_supported(*this, graph);
-    return std::make_unique<CpuExecutable>(graph, options);
+    return std::make_unique<CpuExecutable>(graph, options, pick_kernels());
   }
 };
 
@@ -59,8 +101,9 @@ namespace engine {
 void register_cpu_backend(BackendRegistry& registry) {
   registry.add(BackendEntry{
       .name = "cpu",
-      .summary = "reference C++ on the host CPU: double accumulation, OpenMP over the batch",
-      .priority = 0,
+      .summary = "fp32 SIMD on the host CPU (AVX-512, AVX2+FMA or portable, chosen at run time), tiles of images over threads",
+      // Above the reference (0), below the GPU backends (10, 20): the default when no GPU is usable.
+      .priority = 5,
       .unavailable_reason = [] { return std::optional<std::string>(); },
       .create = [] { return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>()); },
   });

@@ -5,145 +5,308 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <stdexcept>
 
+
 namespace engine::cpu {
 namespace {
 
-Dims3 dims_of(const Shape& shape, const std::string& node) {
+struct Chw {
+  int c, h, w;
+};
+Chw chw_of(const Shape& shape, const std::string& node) {
   if (shape.size() != 3)
     throw std::invalid_argument(fmt::format("cpu: node '{}' needs a [C, H, W] value, got {}", node,
                                             formats::shape_to_string(shape)));
-  return Dims3{int(shape[0]), int(shape[1]), int(shape[2])};
+  return Chw{int(shape[0]), int(shape[1]), int(shape[2])};
 }
 
-// Multiply-adds (or elements touched) per sample: enough to tell a batch worth threading from one
-// that is not.
-int64_t work_of(const formats::Node& node, const Value& in) {
-  const int64_t out = formats::element_count(node.output_shape);
-  const int64_t window = int64_t(node.window.kernel_h) * node.window.kernel_w;
-  switch (node.op) {
-    case OpType::Conv2D: return out * in.shape.at(0) * window;
-    case OpType::Dense: return out * in.elements;
-    case OpType::AvgPool:
-    case OpType::MaxPool: return out * window;
-    default: return out;
+KAct act_of(OpType op) {
+  switch (op) {
+    case OpType::Relu: return KAct::Relu;
+    case OpType::Tanh: return KAct::Tanh;
+    case OpType::Sigmoid: return KAct::Sigmoid;
+    default: return KAct::None;
   }
 }
 
-// Below this much work a thread costs more to wake (milliseconds when the cores are shared) than
-// it saves.
-constexpr int64_t kMinWorkPerThread = int64_t{1} << 20;
+// A padded conv input larger than this (floats, all lanes) is not copied: its taps are
+// bounds-checked instead (kernels.hpp, conv_generic). Only absurd padding gets there.
+constexpr int64_t kMaxPaddedFloats = int64_t{1} << 22;
+
+// Floats every buffer gets past its end: the single-image conv may load a vector that overhangs
+// the last row by up to lanes - 1 floats (never stored).
+constexpr int64_t kSlackFloats = 64;
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Storage of every value the steps touch, laid out again by the steps' own liveness: a fused
+// activation's output is written by the conv/dense step, while the conv/dense input is still being
+// read, which the graph's node-by-node plan (Value::arena_offset) may have put in the same place.
+// Greedy first fit in order of definition; returns the arena size in floats per sample.
+struct Life {
+  int64_t size = 0;
+  int first = 0, last = 0;  // step indices, inclusive; the graph input is defined at step -1
+  int64_t offset = -1;
+};
+int64_t place(std::vector<Life>& lives) {
+  int64_t total = 0;
+  for (size_t i = 0; i < lives.size(); ++i) {
+    Life& v = lives[i];
+    if (v.size == 0) continue;
+    int64_t at = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (size_t j = 0; j < i; ++j) {
+        const Life& u = lives[j];
+        if (u.offset < 0 || u.last < v.first || v.last < u.first) continue;
+        if (at < u.offset + u.size && u.offset < at + v.size) {
+          at = round_up(u.offset + u.size, 16);
+          moved = true;
+        }
+      }
+    }
+    v.offset = at;
+    total = std::max(total, at + v.size);
+  }
+  return total;
+}
 
 }  // namespace
 
-CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options)
-    : graph_(graph), max_batch_(options.max_batch) {
+void CpuExecutable::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels)
+    : graph_(graph), kernels_(kernels), max_batch_(options.max_batch) {
   if (max_batch_ < 1) throw std::invalid_argument(fmt::format("cpu: max_batch must be at least 1, got {}", max_batch_));
+  if (options.threads < 0)
+    throw std::invalid_argument(fmt::format("cpu: threads must be at least 1 (0: all cores), got {}", options.threads));
+  const int lanes = kernels_.lanes;
   const auto& input = graph_.model->input;
   raw_sample_elements_ = formats::element_count(input.raw_shape);
-  if (input.dtype == formats::InputDType::UInt8) raw_dims_ = dims_of(input.raw_shape, input.name);
+  if (input.dtype == formats::InputDType::UInt8) {
+    const Chw raw = chw_of(input.raw_shape, input.name);
+    const formats::Preprocess& p = *input.preprocess;
+    pre_ = Preprocess{raw.c, raw.h, raw.w, p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, p.scale, p.pad_value,
+                      p.mean.data(), p.std.data()};
+  }
 
-  for (const PlannedNode& planned : graph_.nodes) {
+  // Steps. An activation right after a conv or dense that is its only reader is fused into it:
+  // the kernel applies it before storing, and the conv/dense output is never written.
+  std::vector<bool> fused(graph_.nodes.size(), false);
+  struct Ids {
+    int in0 = -1, in1 = -1, out = -1;
+  };
+  std::vector<Ids> ids;
+  auto root = [&](int id) { return graph_.values[size_t(id)].alias_of >= 0 ? graph_.values[size_t(id)].alias_of : id; };
+  int fused_count = 0, by_channel = 0;
+  int64_t scratch_floats = 0;
+  for (size_t n = 0; n < graph_.nodes.size(); ++n) {
+    const PlannedNode& planned = graph_.nodes[n];
     const formats::Node& node = *planned.node;
-    if (node.op == OpType::Flatten) continue;  // an alias of its input: nothing to compute
-    Step step;
-    step.op = node.op;
-    for (size_t i = 0; i < planned.inputs.size() && i < 2; ++i) step.inputs[i] = planned.inputs[i];
-    step.output = planned.output;
+    if (node.op == OpType::Flatten || fused[n]) continue;
+    KStep s;
     const Value& in = graph_.values[planned.inputs.at(0)];
-    step.in_elements = in.elements;
+    Ids id;
+    id.in0 = root(planned.inputs[0]);
+    if (planned.inputs.size() > 1) id.in1 = root(planned.inputs[1]);
+    int out_value = planned.output;
+    s.elements = in.elements;
     switch (node.op) {
       case OpType::Conv2D:
       case OpType::AvgPool:
-      case OpType::MaxPool:
-        step.in_dims = dims_of(in.shape, node.name);
-        step.out_dims = dims_of(graph_.values[planned.output].shape, node.name);
-        step.window = &node.window;
-        step.count_include_pad = node.count_include_pad;
-        if (node.op == OpType::Conv2D)
-          scratch_per_thread_ = std::max<int64_t>(scratch_per_thread_, int64_t(step.out_dims.height) * step.out_dims.width);
+      case OpType::MaxPool: {
+        const Chw i = chw_of(in.shape, node.name), o = chw_of(graph_.values[planned.output].shape, node.name);
+        s.op = node.op == OpType::Conv2D ? KOp::Conv : node.op == OpType::AvgPool ? KOp::AvgPool : KOp::MaxPool;
+        s.c_in = i.c, s.h_in = i.h, s.w_in = i.w, s.c_out = o.c, s.h_out = o.h, s.w_out = o.w;
+        const formats::Window2D& w = node.window;
+        s.kh = w.kernel_h, s.kw = w.kernel_w, s.sh = w.stride_h, s.sw = w.stride_w, s.pt = w.pad_top, s.pl = w.pad_left;
+        s.count_include_pad = node.count_include_pad;
+        if (node.op == OpType::Conv2D) {
+          if (!node.weight) throw std::invalid_argument(fmt::format("cpu: node '{}' has no weight", node.name));
+          s.weight = node.weight->values.data();
+          s.bias = node.bias ? node.bias->values.data() : nullptr;
+          s.hp = int64_t(i.h) + w.pad_top + w.pad_bottom;
+          s.wp = int64_t(i.w) + w.pad_left + w.pad_right;
+          const bool unpadded = s.hp == i.h && s.wp == i.w;
+          const int64_t padded = int64_t(i.c) * s.hp * s.wp;  // planner limits keep this in range
+          s.padded = unpadded || padded * lanes <= kMaxPaddedFloats;
+          if (s.padded && !unpadded) scratch_floats = std::max(scratch_floats, padded * lanes);
+          // Single-image path: along rows or across channels, whichever fills more of the lanes
+          // (LeNet c1: 28 of 32 along rows; c3: 16 of 16 across channels, 10 of 16 along rows).
+          const double along_rows = double(o.w) / double(round_up(o.w, lanes));
+          const double across_channels = double(o.c) / double(round_up(o.c, lanes));
+          if (s.padded && across_channels > along_rows) {
+            s.single_by_channel = true;
+            s.c_out_padded = round_up(o.c, kUnitBlock);
+            const int64_t taps = int64_t(i.c) * w.kernel_h * w.kernel_w;
+            std::vector<float> t(size_t(taps * s.c_out_padded), 0.0f);
+            for (int64_t oc = 0; oc < o.c; ++oc)
+              for (int64_t k = 0; k < taps; ++k) t[size_t(k * s.c_out_padded + oc)] = s.weight[oc * taps + k];
+            packed_.push_back(std::move(t));
+            s.weight_t = packed_.back().data();
+            ++by_channel;
+          }
+        }
         break;
-      case OpType::Dense:
-        step.units = node.units;
+      }
+      case OpType::Dense: {
+        if (!node.weight) throw std::invalid_argument(fmt::format("cpu: node '{}' has no weight", node.name));
+        s.op = KOp::Dense;
+        s.units = node.units;
+        const int64_t k = in.elements, blocks = (int64_t(node.units) + kUnitBlock - 1) / kUnitBlock;
+        std::vector<float> w(size_t(blocks * k * kUnitBlock), 0.0f), b(size_t(blocks * kUnitBlock), 0.0f);
+        const float* src = node.weight->values.data();
+        for (int64_t u = 0; u < node.units; ++u) {
+          const int64_t blk = u / kUnitBlock, j = u % kUnitBlock;
+          for (int64_t i = 0; i < k; ++i) w[size_t((blk * k + i) * kUnitBlock + j)] = src[u * k + i];
+          if (node.bias) b[size_t(u)] = node.bias->values[size_t(u)];
+        }
+        packed_.push_back(std::move(w));
+        s.weight = packed_.back().data();
+        packed_.push_back(std::move(b));
+        s.bias = packed_.back().data();
         break;
-      default:
+      }
+      case OpType::Relu:
+      case OpType::Tanh:
+      case OpType::Sigmoid:
+        s.op = KOp::Act;
+        s.act = act_of(node.op);
         break;
+      case OpType::Softmax: s.op = KOp::Softmax; break;
+      case OpType::Add: s.op = KOp::Add; break;
+      case OpType::Flatten: break;
     }
-    if (node.weight) step.weight = node.weight->values.data();
-    if (node.bias) step.bias = node.bias->values.data();
-    if ((node.op == OpType::Conv2D || node.op == OpType::Dense) && !step.weight)
-      throw std::invalid_argument(fmt::format("cpu: node '{}' has no weight", node.name));
-    steps_.push_back(step);
-    work_per_sample_ += work_of(node, in);
+    if (s.op == KOp::Conv || s.op == KOp::Dense) {
+      const Value& v = graph_.values[planned.output];
+      if (!v.is_output && v.consumers.size() == 1 && v.consumers[0] == int(n) + 1) {
+        const PlannedNode& next = graph_.nodes[n + 1];
+        if (act_of(next.node->op) != KAct::None && next.inputs.size() == 1 && next.inputs[0] == planned.output) {
+          s.act = act_of(next.node->op);
+          out_value = next.output;
+          fused[n + 1] = true;
+          ++fused_count;
+        }
+      }
+    }
+    id.out = root(out_value);
+    ids.push_back(id);
+    steps_.push_back(s);
+  }
+  // The steps' own arena layout (see place()).
+  std::vector<Life> lives(graph_.values.size());
+  const int end = int(steps_.size());
+  const int input_root = root(graph_.input);
+  lives[size_t(input_root)] = Life{graph_.values[size_t(input_root)].elements, -1, -1};
+  for (int i = 0; i < end; ++i) {
+    Life& out = lives[size_t(ids[size_t(i)].out)];
+    out.size = graph_.values[size_t(ids[size_t(i)].out)].elements;
+    out.first = out.last = i;
+  }
+  for (int i = 0; i < end; ++i)
+    for (int in : {ids[size_t(i)].in0, ids[size_t(i)].in1})
+      if (in >= 0) lives[size_t(in)].last = std::max(lives[size_t(in)].last, i);
+  for (int id : graph_.outputs) lives[size_t(root(id))].last = end;
+  arena_floats_ = place(lives);
+  for (int i = 0; i < end; ++i) {
+    KStep& s = steps_[size_t(i)];
+    s.in0 = lives[size_t(ids[size_t(i)].in0)].offset;
+    if (ids[size_t(i)].in1 >= 0) s.in1 = lives[size_t(ids[size_t(i)].in1)].offset;
+    s.out = lives[size_t(ids[size_t(i)].out)].offset;
+  }
+  input_offset_ = lives[size_t(input_root)].offset;
+  program_ = Program{steps_.data(), int(steps_.size()), arena_floats_};
+  for (int id : graph_.outputs) {
+    output_offsets_.push_back(lives[size_t(root(id))].offset);
+    output_elements_.push_back(graph_.values[id].elements);
   }
 
-  threads_ = std::max(1, omp_get_max_threads());
-  const int64_t per_sample = graph_.arena_floats_per_sample;
-  if (uint64_t(per_sample) * uint64_t(threads_) > std::numeric_limits<size_t>::max() / sizeof(float))
-    throw std::runtime_error(fmt::format("cpu: an arena of {} floats per sample is too large", per_sample));
-  const size_t total = size_t(per_sample) * size_t(threads_);
-  // Linux overcommits: an allocation larger than the machine succeeds and the process is killed
-  // while filling it. Refuse, with a clear message, anything over half of the physical memory.
-  const double bytes = double(total) * sizeof(float) + double(scratch_per_thread_) * double(threads_) * sizeof(double);
+  // Per-thread buffers, one allocation, each part on its own cache lines.
+  threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
+  const int64_t per_sample = arena_floats_;
+  const int64_t tile = round_up(per_sample * lanes + kSlackFloats, 16);
+  const int64_t single = round_up(per_sample + kSlackFloats, 16);
+  const int64_t scratch = round_up(scratch_floats + kSlackFloats, 16);
+  const int64_t per_thread = tile + single + scratch;
+  const double bytes = double(per_thread) * double(threads_) * sizeof(float);
   const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  // Linux overcommits: refuse, with a clear message, anything over half of the physical memory.
   if (memory > 0 && bytes > memory / 2)
     throw std::runtime_error(fmt::format(
         "cpu: {} threads need {:.1f} MiB of activation arenas and scratch, more than half of this machine's "
         "{:.1f} MiB of memory",
         threads_, bytes / (1 << 20), memory / (1 << 20)));
-  try {
-    // NaN everywhere: an element no step writes shows up in the outputs instead of passing as 0.
-    arenas_.assign(total, std::numeric_limits<float>::quiet_NaN());
-    scratch_.assign(size_t(scratch_per_thread_) * size_t(threads_), 0.0);
-  } catch (const std::bad_alloc&) {
-    throw std::runtime_error(fmt::format("cpu: cannot allocate {:.1f} MiB of activation arenas",
-                                         double(total) * sizeof(float) / (1 << 20)));
+  const size_t total = size_t(per_thread) * size_t(threads_);
+  buffers_.reset(static_cast<float*>(std::aligned_alloc(64, total * sizeof(float))));
+  if (!buffers_) throw std::runtime_error(fmt::format("cpu: cannot allocate {:.1f} MiB of activation arenas", bytes / (1 << 20)));
+  // NaN everywhere: an element no step writes shows up in the outputs instead of passing as 0.
+  std::fill(buffers_.get(), buffers_.get() + total, std::numeric_limits<float>::quiet_NaN());
+  for (int t = 0; t < threads_; ++t) {
+    float* base = buffers_.get() + size_t(t) * size_t(per_thread);
+    per_thread_.push_back(ThreadBuffers{base, base + tile, base + tile + single});
   }
+  pool_ = std::make_unique<TilePool>(threads_ - 1);
+  // Below this many images a partial tile costs more than the single-image path: on the 2-core
+  // EPYC a LeNet-5 tile of 16 (AVX-512) takes about as long as 7 single images, a tile of 8 (AVX2)
+  // as 4 (docs/cpu-perf-notes.md).
+  min_tile_images_ = std::max(2, lanes / 2);
 
   summary_ = fmt::format(
-      "cpu: {} steps ({} nodes, flatten as aliases), {} threads with a {:.1f} KiB single-sample arena each, "
-      "batches up to {}, double accumulation, always deterministic{}",
-      steps_.size(), graph_.nodes.size(), threads_, double(per_sample) * sizeof(float) / 1024, max_batch_,
+      "cpu: {} kernels, {} images per tile (+ single-image path for fewer than {}), {} steps from {} nodes "
+      "({} activations fused, {} convs across channels on single images), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for "
+      "any thread count and batch split{}",
+      kernels_.name, lanes, min_tile_images_, steps_.size(), graph_.nodes.size(), fused_count, by_channel, threads_,
+      double(per_thread) * sizeof(float) / 1024, max_batch_,
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }
 
-void CpuExecutable::run_sample(const void* input, int s, float* arena, double* scratch,
-                               std::span<float* const> outputs) const {
+void CpuExecutable::load_input(const void* input, int s, float* x) const {
   const auto& in_spec = graph_.model->input;
-  float* x = value_in(arena, graph_.input);
   if (in_spec.dtype == formats::InputDType::UInt8) {
-    preprocess_uint8(static_cast<const uint8_t*>(input) + int64_t(s) * raw_sample_elements_, raw_dims_,
-                     *in_spec.preprocess, x);
+    // Vectorised, with the reference's operations: bitwise the same input values as every backend
+    // (tests/cpu/fast_backend_test.cpp, PreprocessingIsBitwiseTheReferences).
+    kernels_.preprocess(pre_, static_cast<const uint8_t*>(input) + int64_t(s) * raw_sample_elements_, x);
   } else {
     std::memcpy(x, static_cast<const float*>(input) + int64_t(s) * raw_sample_elements_,
                 size_t(raw_sample_elements_) * sizeof(float));
   }
+}
 
-  for (const Step& step : steps_) {
-    const float* a = value_in(arena, step.inputs[0]);
-    float* y = value_in(arena, step.output);
-    switch (step.op) {
-      case OpType::Conv2D: conv2d(a, step.in_dims, step.weight, step.bias, *step.window, step.out_dims, y, scratch); break;
-      case OpType::AvgPool: avgpool(a, step.in_dims, *step.window, step.count_include_pad, step.out_dims, y); break;
-      case OpType::MaxPool: maxpool(a, step.in_dims, *step.window, step.out_dims, y); break;
-      case OpType::Relu: relu(a, step.in_elements, y); break;
-      case OpType::Tanh: tanh(a, step.in_elements, y); break;
-      case OpType::Sigmoid: sigmoid(a, step.in_elements, y); break;
-      case OpType::Dense: dense(a, step.in_elements, step.weight, step.bias, step.units, y); break;
-      case OpType::Softmax: softmax(a, step.in_elements, y); break;
-      case OpType::Add: add(a, value_in(arena, step.inputs[1]), step.in_elements, y); break;
-      case OpType::Flatten: break;  // never a step
-    }
+void CpuExecutable::run_one(const void* input, int s, std::span<float* const> outputs, const ThreadBuffers& b) const {
+  load_input(input, s, b.single + input_offset_);
+  kernels_.run_single(program_, b.single, b.scratch);
+  for (size_t o = 0; o < outputs.size(); ++o)
+    std::memcpy(outputs[o] + int64_t(s) * output_elements_[o], b.single + output_offsets_[o],
+                size_t(output_elements_[o]) * sizeof(float));
+}
+
+void CpuExecutable::run_tile(const void* input, int first, int count, std::span<float* const> outputs,
+                             const ThreadBuffers& b) const {
+  const int64_t L = kernels_.lanes;
+  const Value& in = graph_.values[graph_.input];
+  float* x = b.tile + input_offset_ * L;
+  for (int i = 0; i < L; ++i) {
+    // Lanes past the batch hold zeros: computed, never read back.
+    float* one = b.single;  // the single-image arena as a staging buffer for one input
+    if (i < count)
+      load_input(input, first + i, one);
+    else
+      std::fill(one, one + in.elements, 0.0f);
+    for (int64_t e = 0; e < in.elements; ++e) x[e * L + i] = one[e];
   }
-
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const Value& v = graph_.values[graph_.outputs[i]];
-    std::memcpy(outputs[i] + int64_t(s) * v.elements, value_in(arena, graph_.outputs[i]),
-                size_t(v.elements) * sizeof(float));
+  kernels_.run_tile(program_, b.tile, b.scratch);
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const float* v = b.tile + output_offsets_[o] * L;
+    const int64_t E = output_elements_[o];
+    for (int i = 0; i < count; ++i) {
+      float* dst = outputs[o] + (int64_t(first) + i) * E;
+      for (int64_t e = 0; e < E; ++e) dst[e] = v[e * L + i];
+    }
   }
 }
 
@@ -155,16 +318,29 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
                                             outputs.size()));
   if (!input) throw std::invalid_argument("cpu: no input");
 
-  // Each sample is computed whole by one thread, in a fixed order: the result depends neither on
-  // the thread count nor on the schedule, so runs are bitwise reproducible.
-  const int64_t worth = std::max<int64_t>(1, work_per_sample_ * n / kMinWorkPerThread);
-  const int threads = int(std::min<int64_t>({threads_, n, worth}));
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int s = 0; s < n; ++s) {
-    const int t = omp_get_thread_num();
-    run_sample(input, s, arenas_.data() + int64_t(t) * graph_.arena_floats_per_sample,
-               scratch_.data() + int64_t(t) * scratch_per_thread_, outputs);
-  }
+  const int lanes = kernels_.lanes;
+  const int rest = n % lanes;
+  const int tiles = n / lanes + (rest >= min_tile_images_ ? 1 : 0);
+  const int singles = rest >= min_tile_images_ ? 0 : rest;
+  const int items = tiles + singles;
+  struct Job {
+    const CpuExecutable* self;
+    const void* input;
+    int n, tiles, lanes;
+    std::span<float* const> outputs;
+  } job{this, input, n, tiles, lanes, outputs};
+  // Whole tiles/images handed out one at a time (tile_pool.hpp); each is computed by one thread,
+  // start to end, so which thread takes which changes nothing in the results.
+  pool_->run(items, std::min(threads_, items), [](void* context, int item, int thread) {
+    const Job& j = *static_cast<const Job*>(context);
+    const ThreadBuffers& b = j.self->per_thread_[size_t(thread)];
+    if (item < j.tiles) {
+      const int first = item * j.lanes;
+      j.self->run_tile(j.input, first, std::min(j.lanes, j.n - first), j.outputs, b);
+    } else {
+      j.self->run_one(j.input, j.tiles * j.lanes + (item - j.tiles), j.outputs, b);
+    }
+  }, &job);
 }
 
 void CpuExecutable::stage_input(const void* input, int n) {

@@ -1,32 +1,35 @@
 #pragma once
-// A Graph compiled for the CPU: one step per node that computes something (flatten is an alias and
-// has no step) and one single-sample arena per thread. run() allocates nothing.
+// A Graph compiled for the fast cpu backend: a flat program of steps (activations fused into the
+// conv or dense before them, flatten as aliases), dense weights packed, and per-thread buffers, all
+// made here once; run() allocates nothing.
 //
-// Each thread takes whole samples and runs every step on one before the next, in its own arena laid
-// out by the plan for a batch of one. The plan's [max_batch, elements] layout assumes the whole
-// batch moves node by node; following it on the CPU would need a barrier after every node, which
-// costs milliseconds when the cores are shared, and a 37 KB LeNet arena per thread stays in cache.
+// A batch is cut into tiles of `lanes` images (16 with AVX-512, 8 with AVX2) that travel through
+// the whole network together, one image per SIMD lane, in a per-thread arena that stays in L2
+// (LeNet-5: 459 KiB with AVX-512); the last few images of a batch that do not fill half a tile go
+// through the single-image path, which does the same arithmetic per element (kernels.hpp). Tiles
+// and images are handed to the threads one at a time (tile_pool.hpp); every image's result is the
+// same whatever its tile, thread or batch.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/core/backend.hpp"
-#include "engine/cpu/ops.hpp"
+#include "engine/cpu/program.hpp"
+#include "engine/cpu/tile_pool.hpp"
 
 namespace engine::cpu {
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(const Graph& graph, const CompileOptions& options);
+  CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels);
 
   int max_batch() const override { return max_batch_; }
   void run(const void* input, int n, std::span<float* const> outputs) override;
   std::string plan_summary() const override { return summary_; }
 
-  // Staged execution (engine bench). Everything is synchronous and on the host: stage_input keeps
-  // the pointer (preprocessing is fused into each sample's pass), compute runs the batch into host
-  // output buffers allocated by the first stage_input, fetch_outputs has nothing to move.
+  // Staged execution (engine bench), as the reference does it: all synchronous on the host.
   bool staged() const override { return true; }
   void stage_input(const void* input, int n) override;
   void compute(int n) override;
@@ -34,36 +37,38 @@ class CpuExecutable : public Executable {
   const float* staged_output(size_t i) const override;
 
  private:
-  struct Step {
-    OpType op = OpType::Relu;
-    int inputs[2] = {-1, -1};  // value ids
-    int output = -1;
-    Dims3 in_dims, out_dims;    // conv2d and pools
-    int64_t in_elements = 0;    // elementwise ops, dense, softmax
-    const formats::Window2D* window = nullptr;
-    bool count_include_pad = true;
-    int units = 0;
-    const float* weight = nullptr;  // into graph_.model's tensors, which the Graph keeps alive
-    const float* bias = nullptr;
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  struct ThreadBuffers {
+    float* tile = nullptr;    // arena_floats * lanes (+ slack)
+    float* single = nullptr;  // arena_floats (+ slack)
+    float* scratch = nullptr;  // padded conv inputs
   };
 
-  // Value `value` of the sample being computed in `arena` (a thread's single-sample arena).
-  float* value_in(float* arena, int value) const { return arena + graph_.values[value].arena_offset; }
-  void run_sample(const void* input, int s, float* arena, double* scratch, std::span<float* const> outputs) const;
+  void run_tile(const void* input, int first, int count, std::span<float* const> outputs, const ThreadBuffers& b) const;
+  void run_one(const void* input, int s, std::span<float* const> outputs, const ThreadBuffers& b) const;
+  void load_input(const void* input, int s, float* x) const;
 
   Graph graph_;
+  const KernelSet& kernels_;
   int max_batch_ = 0;
-  int threads_ = 1;            // fixed at compile time: one arena each
-  std::vector<float> arenas_;  // threads_ x arena_floats_per_sample
-  int64_t scratch_per_thread_ = 0;
-  std::vector<double> scratch_;  // threads_ x scratch_per_thread_: conv accumulators
-  std::vector<Step> steps_;
+  int threads_ = 1;
+  int min_tile_images_ = 1;  // a partial tile with fewer images goes through the single-image path
+  std::vector<KStep> steps_;
+  std::vector<std::vector<float>> packed_;  // dense weights and biases (KStep points into them)
+  Program program_;
+  Preprocess pre_;  // uint8 input only
   int64_t raw_sample_elements_ = 0;
-  int64_t work_per_sample_ = 0;  // multiply-adds, roughly: decides how many threads a batch gets
-  Dims3 raw_dims_;
+  int64_t arena_floats_ = 0;  // per sample, as the steps lay it out (cpu_executable.cpp, place())
+  int64_t input_offset_ = 0;
+  std::vector<int64_t> output_offsets_, output_elements_;
+  std::unique_ptr<float[], FreeDeleter> buffers_;
+  std::vector<ThreadBuffers> per_thread_;
+  std::unique_ptr<TilePool> pool_;  // threads_ - 1 workers; the caller is thread 0
   std::string summary_;
   const void* staged_input_ = nullptr;
-  std::vector<std::vector<float>> staged_outputs_;  // per output: max_batch x elements
+  std::vector<std::vector<float>> staged_outputs_;
   std::vector<float*> staged_pointers_;
 };
 

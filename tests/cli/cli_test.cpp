@@ -1,6 +1,9 @@
 // The `engine` command end to end: exit codes, one-line errors, the reports and the files it
 // writes, on a tiny model and data written by the test (and on LeNet-5 + MNIST when present).
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,6 +77,8 @@ TEST_F(EngineCli, UsageErrorsExitWith2) {
            {"run", "m.json", "d.idx", "--bogus"},
            {"run", "m.json", "d.idx", "--batch", "0"},
            {"run", "m.json", "d.idx", "--precision", "fp16"},
+           {"run", "m.json", "d.idx", "--threads", "0"},
+           {"bench", "m.json", "--threads", "-2"},
            {"show", "d.idx", "--index", "seven"},
        }) {
     const EngineResult r = engine(args);
@@ -119,7 +124,7 @@ TEST_F(EngineCli, HelpAndVersionExitWith0) {
   const EngineResult run_help = engine({"run", "--help"});
   EXPECT_EQ(run_help.exit_code, 0);
   for (const char* option : {"--labels", "--backend", "--batch", "--limit", "--output", "--json", "--dump-outputs",
-                             "--precision", "--nondeterministic"})
+                             "--precision", "--nondeterministic", "--threads"})
     EXPECT_NE(run_help.out.find(option), std::string::npos) << option;
   EXPECT_NE(run_help.out.find("Allow faster algorithms whose results may vary"), std::string::npos) << run_help.out;
   EXPECT_EQ(engine({"--version"}).exit_code, 0);
@@ -199,6 +204,25 @@ TEST_F(EngineCli, RunJsonSummaryIsTheWholeStdout) {
   EXPECT_EQ(j["confusion"], nlohmann::json::parse("[[2,0,0],[0,1,0],[0,1,1]]"));
   // Logs (backend choice) go to stderr only.
   EXPECT_NE(r.err.find("using backend cpu"), std::string::npos) << r.err;
+}
+
+// --threads changes nothing but the speed: cpu and reference give the same report for 1 and 3 threads.
+TEST_F(EngineCli, ThreadsOptionGivesTheSameAnswers) {
+  write_tiny_dataset();
+  for (const char* backend : {"cpu", "reference"}) {
+    std::string first;
+    for (const char* threads : {"1", "3"}) {
+      const std::string out = dir_ + "/p" + threads + ".txt";
+      const EngineResult r = engine({"run", model_, images_, "--labels", labels_, "--backend", backend, "--threads",
+                                     threads, "--output", out});
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      std::ifstream in(out);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_FALSE(text.empty());
+      if (first.empty()) first = text;
+      EXPECT_EQ(text, first) << backend << " --threads " << threads;
+    }
+  }
 }
 
 TEST_F(EngineCli, RunTextReportHasAccuracyAndConfusionMatrix) {

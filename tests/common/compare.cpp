@@ -33,14 +33,14 @@ std::vector<std::vector<float>> run_backend(const std::shared_ptr<formats::Model
 
 Comparison compare_with_cpu(const std::shared_ptr<formats::Model>& model, const std::string& name,
                             const void* input, int batch, int max_batch, const engine::CompileOptions& options) {
-  const auto ref = run_backend(model, "cpu", input, batch, max_batch, options);
+  const auto ref = run_backend(model, "reference", input, batch, max_batch, options);
   const auto got = run_backend(model, name, input, batch, max_batch, options);
 
   Comparison c;
   for (size_t o = 0; o < ref.size(); ++o) {
     double peak = 0;
     for (float r : ref[o]) {
-      if (std::isnan(r)) throw std::runtime_error("compare_with_cpu: the cpu reference produced NaN for output '" +
+      if (std::isnan(r)) throw std::runtime_error("compare_with_cpu: the reference produced NaN for output '" +
                                                   model->outputs[o] + "'");
       peak = std::max(peak, std::fabs(double(r)));
     }

@@ -1,5 +1,5 @@
 #pragma once
-// Runs one model on two backends (the reference is "cpu") with NaN-poisoned output buffers and
+// Runs one model on two backends (the reference is "reference") with NaN-poisoned output buffers and
 // reports the worst errors; used by every backend's op tests.
 #include <cstddef>
 #include <memory>
@@ -24,7 +24,7 @@ struct Comparison {
   std::string worst;      // where max_rel_error was seen: "output 'y' sample 3 element 17: 0.5 vs 0.49"
 };
 
-// Runs `model` on backend `name` and on "cpu" for `batch` samples of `input` (raw dtype of the
+// Runs `model` on backend `name` and on "reference" for `batch` samples of `input` (raw dtype of the
 // model: uint8 or float32 bytes), compiling both for `max_batch`, and compares every output.
 // Throws when a backend cannot be created or compiled, or when the reference itself yields NaN.
 Comparison compare_with_cpu(const std::shared_ptr<formats::Model>& model, const std::string& name,

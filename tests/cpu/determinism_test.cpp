@@ -33,8 +33,8 @@ TEST(CpuDeterminism, RepeatedRunsAreBitwiseEqual) {
   auto model = lenet_like_model();
   const int batch = 37;
   const auto pixels = testing_support::random_bytes(size_t(784) * batch, 7);
-  const auto first = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
-  const auto second = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+  const auto first = testing_support::run_backend(model, "reference", pixels.data(), batch, batch);
+  const auto second = testing_support::run_backend(model, "reference", pixels.data(), batch, batch);
   ASSERT_EQ(first.size(), 2u);
   for (size_t o = 0; o < first.size(); ++o) EXPECT_TRUE(bitwise_equal(first[o], second[o])) << "output " << o;
   // The softmax output is a probability vector.
@@ -48,7 +48,7 @@ TEST(CpuDeterminism, RepeatedRunsAreBitwiseEqual) {
 TEST(CpuDeterminism, SameExecutableRunTwice) {
   auto model = lenet_like_model();
   const engine::Graph graph = engine::plan_graph(model);
-  auto exe = engine::BackendRegistry::instance().create("cpu")->compile(graph, {.max_batch = 16});
+  auto exe = engine::BackendRegistry::instance().create("reference")->compile(graph, {.max_batch = 16});
   const auto pixels = testing_support::random_bytes(size_t(784) * 16, 9);
   std::vector<float> a(160), b(160), logits(160);
   float* outs_a[] = {a.data(), logits.data()};
@@ -64,19 +64,19 @@ TEST(CpuDeterminism, IndependentOfThreadsCapacityAndPosition) {
   auto model = lenet_like_model();
   const int batch = 37;
   const auto pixels = testing_support::random_bytes(size_t(784) * batch, 8);
-  const auto reference = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+  const auto reference = testing_support::run_backend(model, "reference", pixels.data(), batch, batch);
 
   const int threads = omp_get_max_threads();
   for (int t : {1, 3}) {
     omp_set_num_threads(t);
-    const auto again = testing_support::run_backend(model, "cpu", pixels.data(), batch, 64);
+    const auto again = testing_support::run_backend(model, "reference", pixels.data(), batch, 64);
     for (size_t o = 0; o < again.size(); ++o)
       EXPECT_TRUE(bitwise_equal(reference[o], again[o])) << t << " threads, output " << o;
   }
   omp_set_num_threads(threads);
 
   for (int s : {0, 17, 36}) {
-    const auto alone = testing_support::run_backend(model, "cpu", pixels.data() + size_t(784) * s, 1, 1);
+    const auto alone = testing_support::run_backend(model, "reference", pixels.data() + size_t(784) * s, 1, 1);
     const std::vector<float> expected(reference[0].begin() + s * 10, reference[0].begin() + (s + 1) * 10);
     EXPECT_TRUE(bitwise_equal(alone[0], expected)) << "sample " << s << " alone differs from its place in a batch";
   }

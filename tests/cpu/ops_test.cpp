@@ -87,7 +87,7 @@ void check_single_op(const std::shared_ptr<formats::Model>& model, int batch, ui
                      Naive naive, const std::string& what) {
   const int64_t in_elements = formats::element_count(model->input.raw_shape);
   const auto input = testing_support::random_floats(size_t(in_elements) * batch, seed, lo, hi);
-  const auto out = testing_support::run_backend(model, "cpu", input.data(), batch, batch + 3);
+  const auto out = testing_support::run_backend(model, "reference", input.data(), batch, batch + 3);
   ASSERT_EQ(out.size(), 1u);
   const size_t per_sample = out[0].size() / size_t(batch);
   for (int s = 0; s < batch; ++s) {
@@ -170,7 +170,7 @@ TEST(CpuOps, CountIncludePadChangesOnlyTheBorder) {
     attrs.count_include_pad = include_pad;
     auto model = testing_support::single_op_model(OpType::AvgPool, {1, 3, 3}, attrs, 1);
     const std::vector<float> ones(9, 1.0f);
-    const auto out = testing_support::run_backend(model, "cpu", ones.data(), 1, 1);
+    const auto out = testing_support::run_backend(model, "reference", ones.data(), 1, 1);
     EXPECT_FLOAT_EQ(out[0][0], include_pad ? 4.0f / 9.0f : 1.0f);
     EXPECT_FLOAT_EQ(out[0][4], 1.0f);
   }
@@ -276,7 +276,7 @@ TEST(CpuOps, Uint8PreprocessingIsExactlyTheSpecFormula) {
   ASSERT_EQ(model->input.shape, (formats::Shape{3, 8, 7}));
   for (int batch : kBatches) {
     const auto pixels = testing_support::random_bytes(size_t(60) * batch, 600 + batch);
-    const auto out = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+    const auto out = testing_support::run_backend(model, "reference", pixels.data(), batch, batch);
     ASSERT_EQ(out[0].size(), size_t(3 * 8 * 7) * batch);
     for (int s = 0; s < batch; ++s)
       for (int c = 0; c < 3; ++c)
@@ -300,8 +300,8 @@ TEST(CpuOps, Uint8PreprocessingIsExactlyTheSpecFormula) {
 TEST(CpuOps, RunRejectsBadBatchSizes) {
   auto model = testing_support::single_op_model(OpType::Relu, {4}, formats::Node{}, 1);
   const std::vector<float> input(4 * 5, 1.0f);
-  EXPECT_THROW(testing_support::run_backend(model, "cpu", input.data(), 5, 4), std::invalid_argument);
-  EXPECT_NO_THROW(testing_support::run_backend(model, "cpu", input.data(), 4, 4));
+  EXPECT_THROW(testing_support::run_backend(model, "reference", input.data(), 5, 4), std::invalid_argument);
+  EXPECT_NO_THROW(testing_support::run_backend(model, "reference", input.data(), 4, 4));
 }
 
 }  // namespace

@@ -44,17 +44,24 @@ std::string message_of(const std::function<void()>& f) {
   return "(no exception)";
 }
 
-TEST(Registry, CpuIsBuiltInAndAvailable) {
+TEST(Registry, CpuAndReferenceAreBuiltInAndAvailable) {
   const auto& registry = BackendRegistry::instance();
+  const BackendEntry* reference = registry.find("reference");
   const BackendEntry* cpu = registry.find("cpu");
+  ASSERT_NE(reference, nullptr);
   ASSERT_NE(cpu, nullptr);
-  EXPECT_EQ(cpu->priority, 0);
-  EXPECT_FALSE(cpu->unavailable_reason());
-  EXPECT_EQ(testing_support::backend_unavailable_reason("cpu"), "");
+  EXPECT_EQ(reference->priority, 0);
+  // The fast backend is the default when no GPU backend (priority 10 and up) can run.
+  EXPECT_GT(cpu->priority, reference->priority);
+  EXPECT_LT(cpu->priority, 10);
+  for (const char* name : {"reference", "cpu"}) {
+    EXPECT_FALSE(registry.find(name)->unavailable_reason()) << name;
+    EXPECT_EQ(testing_support::backend_unavailable_reason(name), "") << name;
+    auto backend = registry.create(name);
+    EXPECT_EQ(backend->name(), name);
+    EXPECT_FALSE(backend->description().empty());
+  }
   EXPECT_NE(testing_support::backend_unavailable_reason("no-such-backend").find("not built"), std::string::npos);
-  auto backend = registry.create("cpu");
-  EXPECT_EQ(backend->name(), "cpu");
-  EXPECT_FALSE(backend->description().empty());
   // Whatever else is built here, the best available backend is one that is available.
   EXPECT_FALSE(registry.best_available().unavailable_reason());
 }

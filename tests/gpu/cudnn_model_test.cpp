@@ -51,7 +51,7 @@ void check_model_on_mnist(const std::shared_ptr<formats::Model>& model, bool req
   if (images.count == 0) GTEST_SKIP() << mnist_images_path() << " not found";
   const size_t classes = size_t(engine::plan_graph(model).output_elements(0));
   const int max_batch = 1024;  // 10000 images: 9 full batches and a partial one of 784
-  const auto ref = run_all("cpu", model, images, max_batch);
+  const auto ref = run_all("reference", model, images, max_batch);
   std::string summary;
   const auto got = run_all("cudnn", model, images, max_batch, {}, &summary);
   const auto a = agreement(got, ref, classes);
@@ -121,7 +121,7 @@ TEST(CudnnTf32, StaysWithinDocumentedBound) {
   const bool real = model != nullptr;
   if (!real) model = lenet_like_model();
   const size_t classes = size_t(engine::plan_graph(model).output_elements(0));
-  const auto ref = run_all("cpu", model, images, 1024);
+  const auto ref = run_all("reference", model, images, 1024);
   engine::CompileOptions options;
   options.precision = engine::Precision::TF32;
   std::string summary;

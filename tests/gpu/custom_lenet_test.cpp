@@ -45,7 +45,7 @@ void expect_same_as_cpu(const std::shared_ptr<formats::Model>& model) {
   const auto& images = mnist_images();
   // 768 does not divide 10,000 (or 512): the last batch is partial.
   const int max_batch = custom_test::sanitizer_run() ? 200 : 768;
-  const auto ref = run_all("cpu", model, images, max_batch);
+  const auto ref = run_all("reference", model, images, max_batch);
   const auto got = run_all("custom", model, images, max_batch);
   const auto a = agreement(got, ref, ref.size() / size_t(images.count));
   std::cout << "[ custom ] " << model->name << ": " << a.samples << " images, max |p_custom - p_cpu| = " << a.max_abs

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Stands in for build/engine in the exporter's tests: parses the documented CLI
-(`engine run MODEL DATA --backend cpu --dump-outputs FILE.npy`) and answers with the reference
+(`engine run MODEL DATA --backend reference --dump-outputs FILE.npy`) and answers with the reference
 interpreter, optionally perturbed by $FAKE_ENGINE_OFFSET, to test both outcomes of the check."""
 import argparse
 import os

@@ -1,6 +1,6 @@
-"""Parity of the engine's CPU backend with PyTorch on the full real test sets.
+"""Parity of the engine's reference backend with PyTorch on the full real test sets.
 
-For each committed model, `engine run MODEL DATA --labels LABELS --backend cpu --json
+For each committed model, `engine run MODEL DATA --labels LABELS --backend reference --json
 --dump-outputs out.npy` runs once over the whole test set; its probabilities are compared with the
 model rebuilt by the reference interpreter (to_torch) in float64 and in float32: the same class for
 every image, and a max abs probability difference of at most 1e-5. The engine's reported accuracy
@@ -77,7 +77,7 @@ def run(request, tmp_path_factory):
                     + ", ".join(f"<repo>/{c}" for c in export.ENGINE_CANDIDATES))
     out = tmp_path_factory.mktemp(name) / "probs.npy"
     cmd = [str(engine), "run", str(model_path), str(images_path), "--labels", str(labels_path),
-           "--backend", "cpu", "--json", "--dump-outputs", str(out)]
+           "--backend", "reference", "--json", "--dump-outputs", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     engine_probs = np.load(out)

@@ -263,7 +263,7 @@ def engine_binary() -> pathlib.Path | None:
 
 
 def run_engine(engine: pathlib.Path, model_path: pathlib.Path, data_path: pathlib.Path,
-               out_npy: pathlib.Path, backend: str = "cpu", extra: list[str] | None = None,
+               out_npy: pathlib.Path, backend: str = "reference", extra: list[str] | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
     cmd = [str(engine), "run", str(model_path), str(data_path), "--backend", backend,
            "--dump-outputs", str(out_npy)] + list(extra or [])
@@ -352,7 +352,7 @@ def check_batch(graph: dict, count: int = 256, seed: int = 0, data: str | None =
 def check(model_path: pathlib.Path, batch: np.ndarray, source: Callable[[np.ndarray], np.ndarray] | None,
           *, tolerance: float = DEFAULT_TOLERANCE, use_engine: bool = True) -> CheckReport:
     """Runs the source (if any), the reference interpreter in float32 and float64, and the engine's
-    CPU backend (if built) on `batch`; compares the first output."""
+    reference backend (if built) on `batch`; compares the first output."""
     import torch
     model = read_model(model_path)
     ref_module = model_to_torch(model)

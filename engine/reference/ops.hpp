@@ -6,7 +6,7 @@
 
 #include "formats/model.hpp"
 
-namespace engine::cpu {
+namespace engine::reference {
 
 struct Dims3 {
   int channels = 1, height = 1, width = 1;
@@ -31,4 +31,4 @@ void dense(const float* x, int64_t k, const float* weight, const float* bias, in
 void softmax(const float* x, int64_t k, float* y);
 void add(const float* a, const float* b, int64_t n, float* y);
 
-}  // namespace engine::cpu
+}  // namespace engine::reference

@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <limits>
 
-#include "engine/cpu/ops.hpp"
+#include "engine/reference/ops.hpp"
 
-namespace engine::cpu {
+namespace engine::reference {
 
 void avgpool(const float* x, Dims3 in, const formats::Window2D& win, bool count_include_pad, Dims3 out,
              float* y) {
@@ -50,4 +50,4 @@ void maxpool(const float* x, Dims3 in, const formats::Window2D& win, Dims3 out, 
   }
 }
 
-}  // namespace engine::cpu
+}  // namespace engine::reference

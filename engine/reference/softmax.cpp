@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/cpu/ops.hpp"
+#include "engine/reference/ops.hpp"
 
-namespace engine::cpu {
+namespace engine::reference {
 
 void softmax(const float* x, int64_t k, float* y) {
   if (k <= 0) return;
@@ -14,4 +14,4 @@ void softmax(const float* x, int64_t k, float* y) {
   for (int64_t i = 0; i < k; ++i) y[i] = float(std::exp(double(x[i]) - double(m)) / sum);
 }
 
-}  // namespace engine::cpu
+}  // namespace engine::reference

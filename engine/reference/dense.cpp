@@ -1,6 +1,6 @@
-#include "engine/cpu/ops.hpp"
+#include "engine/reference/ops.hpp"
 
-namespace engine::cpu {
+namespace engine::reference {
 
 void dense(const float* x, int64_t k, const float* weight, const float* bias, int units, float* y) {
   for (int u = 0; u < units; ++u) {
@@ -11,4 +11,4 @@ void dense(const float* x, int64_t k, const float* weight, const float* bias, in
   }
 }
 
-}  // namespace engine::cpu
+}  // namespace engine::reference

@@ -1,8 +1,8 @@
 // Compiled with -ffp-contract=off (CMakeLists.txt): x * scale - mean must round after the multiply,
 // exactly as the GPU preprocessing kernel does with __fmul_rn/__fsub_rn, so both are bitwise equal.
-#include "engine/cpu/ops.hpp"
+#include "engine/reference/ops.hpp"
 
-namespace engine::cpu {
+namespace engine::reference {
 
 void preprocess_uint8(const uint8_t* raw, Dims3 raw_dims, const formats::Preprocess& p, float* out) {
   const int out_h = raw_dims.height + p.pad_top + p.pad_bottom;
@@ -27,4 +27,4 @@ void preprocess_uint8(const uint8_t* raw, Dims3 raw_dims, const formats::Preproc
   }
 }
 
-}  // namespace engine::cpu
+}  // namespace engine::reference

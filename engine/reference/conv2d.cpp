@@ -1,8 +1,8 @@
 #include <algorithm>
 
-#include "engine/cpu/ops.hpp"
+#include "engine/reference/ops.hpp"
 
-namespace engine::cpu {
+namespace engine::reference {
 namespace {
 
 // Output positions o with 0 <= o * stride + offset < size, as [first, last).
@@ -53,4 +53,4 @@ void conv2d(const float* x, Dims3 in, const float* weight, const float* bias, co
   }
 }
 
-}  // namespace engine::cpu
+}  // namespace engine::reference

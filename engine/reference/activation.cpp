@@ -1,8 +1,8 @@
 #include <cmath>
 
-#include "engine/cpu/ops.hpp"
+#include "engine/reference/ops.hpp"
 
-namespace engine::cpu {
+namespace engine::reference {
 
 void relu(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -18,4 +18,4 @@ void sigmoid(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = float(1.0 / (1.0 + std::exp(-double(x[i]))));
 }
 
-}  // namespace engine::cpu
+}  // namespace engine::reference

@@ -1,0 +1,599 @@
+// The fast cpu backend's kernels, written once over a SIMD type S (simd.hpp) and instantiated by
+// one translation unit per instruction set, inside its own namespace (ENGINE_CPU_KERNEL_NS).
+//
+// Two layouts, one arithmetic. The tile path keeps S::W images side by side, one per lane: every
+// value is [elements][W], so every op vectorises whatever its shape. The single-image path (for
+// the few images a batch leaves over, and batch 1) keeps one image as [elements] and vectorises
+// along output rows (conv) and output units (dense). Per output element both do exactly the same
+// float operations in the same order:
+//   conv:    acc = bias (or 0); for c, p, q: acc = fma(w, x, acc), x = 0 at padded taps
+//   dense:   acc = bias; for i: acc = fma(w, x_i, acc)
+//   avgpool: s = 0; for valid (p, q): s = s + x; y = s * (1 / divisor)
+//   maxpool: m = -inf; for valid (p, q): m = max(x, m)
+//   softmax: m = max over i; e_i = exp(x_i - m); s = sum of e_i in order; y_i = e_i / s
+//   then the activation, if any, elementwise with the same vector function.
+// so an image's result does not depend on its lane, its tile, the thread or the batch split.
+// This file must be compiled with -ffp-contract=off (no FMA the source does not ask for).
+#include <cstdint>
+#include <cstring>
+
+#include "engine/cpu/program.hpp"
+#include "engine/cpu/simd.hpp"
+
+namespace engine::cpu::ENGINE_CPU_KERNEL_NS {
+namespace {
+
+template <class S>
+struct K {
+  using V = typename S::V;
+  static constexpr int W = S::W;
+  using M = VMath<S>;
+
+  static V act(KAct a, V v) {
+    switch (a) {
+      case KAct::None: return v;
+      case KAct::Relu: return S::max(v, S::zero());
+      case KAct::Tanh: return M::tanh(v);
+      case KAct::Sigmoid: return M::sigmoid(v);
+    }
+    return v;
+  }
+
+  // Stores the first `n` lanes of v (1 <= n <= W).
+  static void store_part(float* p, V v, int n) {
+    if (n >= W) {
+      S::store(p, v);
+      return;
+    }
+    alignas(64) float tmp[W];
+    S::store(tmp, v);
+    std::memcpy(p, tmp, size_t(n) * sizeof(float));
+  }
+  static V load_part(const float* p, int n) {
+    if (n >= W) return S::load(p);
+    alignas(64) float tmp[W] = {};
+    std::memcpy(tmp, p, size_t(n) * sizeof(float));
+    return S::load(tmp);
+  }
+
+  // The activation over n contiguous floats (the tail through a W-float buffer: same function).
+  static void act_inplace(KAct a, float* p, int64_t n) {
+    if (a == KAct::None) return;
+    int64_t i = 0;
+    for (; i + W <= n; i += W) S::store(p + i, act(a, S::load(p + i)));
+    if (i < n) store_part(p + i, act(a, load_part(p + i, int(n - i))), int(n - i));
+  }
+
+  // ---- conv2d -------------------------------------------------------------------------------
+
+  // Copies a [c][h][w] (x L lanes) value into a zero-bordered [c][hp][wp] (x L) buffer.
+  static void pad_input(const KStep& s, const float* x, float* xp, int64_t L) {
+    const int64_t row = int64_t(s.w_in) * L;
+    for (int64_t c = 0; c < s.c_in; ++c) {
+      float* plane = xp + c * s.hp * s.wp * L;
+      std::memset(plane, 0, size_t(s.hp * s.wp * L) * sizeof(float));
+      for (int64_t i = 0; i < s.h_in; ++i)
+        std::memcpy(plane + ((i + s.pt) * s.wp + s.pl) * L, x + (c * s.h_in + i) * row, size_t(row) * sizeof(float));
+    }
+  }
+
+  static bool no_padding(const KStep& s) { return s.hp == s.h_in && s.wp == s.w_in; }
+
+  // Tile path: RO output channels x RX output positions of one output row, W images per vector.
+  template <int RO, int RX>
+  static void conv_tile_block(const KStep& s, const float* xp, float* y, int oc, int oy, int ox) {
+    V acc[RO][RX];
+    for (int r = 0; r < RO; ++r) {
+      const V b = s.bias ? S::set1(s.bias[oc + r]) : S::zero();
+      for (int j = 0; j < RX; ++j) acc[r][j] = b;
+    }
+    const int64_t taps = int64_t(s.kh) * s.kw;
+    const int64_t wstride = int64_t(s.c_in) * taps;
+    for (int64_t c = 0; c < s.c_in; ++c) {
+      const float* w_c = s.weight + int64_t(oc) * wstride + c * taps;
+      for (int64_t p = 0; p < s.kh; ++p) {
+        const float* row = xp + ((c * s.hp + int64_t(oy) * s.sh + p) * s.wp) * W;
+        const float* w_p = w_c + p * s.kw;
+        for (int64_t q = 0; q < s.kw; ++q) {
+          V xv[RX];
+          for (int j = 0; j < RX; ++j) xv[j] = S::load(row + ((int64_t(ox) + j) * s.sw + q) * W);
+          for (int r = 0; r < RO; ++r) {
+            const V wv = S::bcast(w_p + r * wstride + q);
+            for (int j = 0; j < RX; ++j) acc[r][j] = S::fma(wv, xv[j], acc[r][j]);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < RO; ++r)
+      for (int j = 0; j < RX; ++j)
+        S::store(y + (((int64_t(oc) + r) * s.h_out + oy) * s.w_out + ox + j) * W, act(s.act, acc[r][j]));
+  }
+
+  // Register blocks: RO output channels x RX positions, RO * RX <= S::kAccumulators, RO, RX <= 6.
+  static constexpr int kMaxBlock = 6;
+  template <int RO>
+  static void conv_tile_ro(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int rx) {
+    constexpr int most = S::kAccumulators / RO < kMaxBlock ? S::kAccumulators / RO : kMaxBlock;
+    switch (rx < most ? rx : most) {
+      case 1: conv_tile_block<RO, 1>(s, xp, y, oc, oy, ox); break;
+      case 2: conv_tile_block<RO, (most < 2 ? most : 2)>(s, xp, y, oc, oy, ox); break;
+      case 3: conv_tile_block<RO, (most < 3 ? most : 3)>(s, xp, y, oc, oy, ox); break;
+      case 4: conv_tile_block<RO, (most < 4 ? most : 4)>(s, xp, y, oc, oy, ox); break;
+      case 5: conv_tile_block<RO, (most < 5 ? most : 5)>(s, xp, y, oc, oy, ox); break;
+      default: conv_tile_block<RO, most>(s, xp, y, oc, oy, ox); break;
+    }
+  }
+  // Output channels per block: all of them up to 6 (LeNet's c1), else 4 (fewer channels per block
+  // leave more registers for positions, but each position's load then feeds fewer FMAs).
+  static int channel_block(int c_out) { return c_out <= kMaxBlock ? c_out : 4; }
+
+  // Splits n into chunks of at most `most`, as even as possible (10 by 3: 3, 3, 2, 2), so no
+  // chunk is much narrower than the rest.
+  template <class F>
+  static void chunks(int n, int most, F f) {
+    const int count = (n + most - 1) / most;
+    if (count == 0) return;
+    const int base = n / count, extra = n % count;
+    int at = 0;
+    for (int k = 0; k < count; ++k) {
+      const int len = base + (k < extra ? 1 : 0);
+      f(at, len);
+      at += len;
+    }
+  }
+
+  static void conv_tile(const KStep& s, float* arena, float* scratch) {
+    const float* x = arena + s.in0 * W;
+    float* y = arena + s.out * W;
+    if (!s.padded) return conv_generic(s, x, y, W);
+    const float* xp = x;
+    if (!no_padding(s)) {
+      pad_input(s, x, scratch, W);
+      xp = scratch;
+    }
+    const int block = channel_block(s.c_out);
+    for (int oy = 0; oy < s.h_out; ++oy) {
+      for (int oc = 0; oc < s.c_out; oc += block) {
+        const int ro = s.c_out - oc < block ? s.c_out - oc : block;
+        const int most = S::kAccumulators / ro < kMaxBlock ? S::kAccumulators / ro : kMaxBlock;
+        chunks(s.w_out, most, [&](int ox, int rx) {
+          switch (ro) {
+            case 1: conv_tile_ro<1>(s, xp, y, oc, oy, ox, rx); break;
+            case 2: conv_tile_ro<2>(s, xp, y, oc, oy, ox, rx); break;
+            case 3: conv_tile_ro<3>(s, xp, y, oc, oy, ox, rx); break;
+            case 4: conv_tile_ro<4>(s, xp, y, oc, oy, ox, rx); break;
+            case 5: conv_tile_ro<5>(s, xp, y, oc, oy, ox, rx); break;
+            default: conv_tile_ro<6>(s, xp, y, oc, oy, ox, rx); break;
+          }
+        });
+      }
+    }
+  }
+
+  // Single-image path: RO output channels x RX vectors of W consecutive output positions.
+  // `valid` output positions from ox on are real; lanes past them compute garbage never stored.
+  template <int RO, int RX>
+  static void conv_single_block(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int valid) {
+    V acc[RO][RX];
+    for (int r = 0; r < RO; ++r) {
+      const V b = s.bias ? S::set1(s.bias[oc + r]) : S::zero();
+      for (int j = 0; j < RX; ++j) acc[r][j] = b;
+    }
+    const int64_t taps = int64_t(s.kh) * s.kw;
+    const int64_t wstride = int64_t(s.c_in) * taps;
+    for (int64_t c = 0; c < s.c_in; ++c) {
+      const float* w_c = s.weight + int64_t(oc) * wstride + c * taps;
+      for (int64_t p = 0; p < s.kh; ++p) {
+        const float* row = xp + (c * s.hp + int64_t(oy) * s.sh + p) * s.wp;
+        const float* w_p = w_c + p * s.kw;
+        for (int64_t q = 0; q < s.kw; ++q) {
+          V xv[RX];
+          for (int j = 0; j < RX; ++j) {
+            if (s.sw == 1) {
+              // May read up to W - 1 floats past the row: the buffers have that much slack, and
+              // those lanes are never stored.
+              xv[j] = S::load(row + ox + j * W + q);
+            } else {
+              alignas(64) float g[W];
+              for (int l = 0; l < W; ++l) {
+                const int64_t o = int64_t(j) * W + l;
+                g[l] = o < valid ? row[(int64_t(ox) + o) * s.sw + q] : 0.0f;
+              }
+              xv[j] = S::load(g);
+            }
+          }
+          for (int r = 0; r < RO; ++r) {
+            const V wv = S::bcast(w_p + r * wstride + q);
+            for (int j = 0; j < RX; ++j) acc[r][j] = S::fma(wv, xv[j], acc[r][j]);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < RO; ++r)
+      for (int j = 0; j < RX; ++j) {
+        const int n = valid - j * W;
+        if (n > 0) store_part(y + ((int64_t(oc) + r) * s.h_out + oy) * s.w_out + ox + j * W, act(s.act, acc[r][j]), n);
+      }
+  }
+
+  // Single-image path, vectorised over output channels instead (when a row is much narrower than
+  // the channel count, e.g. LeNet's c3: 10 positions, 16 channels): RV vectors of W channels x RX
+  // positions; weights transposed at compile time to [c][p][q][channel] (weight_t).
+  template <int RV, int RX>
+  static void conv_single_oc_block(const KStep& s, const float* xp, float* y, int oc, int oy, int ox) {
+    V acc[RV][RX];
+    for (int v = 0; v < RV; ++v) {
+      const int n = s.c_out - oc - v * W;
+      const V b = s.bias ? load_part(s.bias + oc + v * W, n < W ? n : W) : S::zero();
+      for (int j = 0; j < RX; ++j) acc[v][j] = b;
+    }
+    for (int64_t c = 0; c < s.c_in; ++c)
+      for (int64_t p = 0; p < s.kh; ++p) {
+        const float* row = xp + (c * s.hp + int64_t(oy) * s.sh + p) * s.wp;
+        const float* wrow = s.weight_t + ((c * s.kh + p) * s.kw) * s.c_out_padded + oc;
+        for (int64_t q = 0; q < s.kw; ++q) {
+          V wv[RV];
+          for (int v = 0; v < RV; ++v) wv[v] = S::load(wrow + q * s.c_out_padded + v * W);
+          for (int j = 0; j < RX; ++j) {
+            const V xb = S::bcast(row + (int64_t(ox) + j) * s.sw + q);
+            for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
+          }
+        }
+      }
+    const int64_t plane = int64_t(s.h_out) * s.w_out;
+    for (int v = 0; v < RV; ++v)
+      for (int j = 0; j < RX; ++j) {
+        alignas(64) float t[W];
+        S::store(t, act(s.act, acc[v][j]));
+        const int n = s.c_out - oc - v * W < W ? s.c_out - oc - v * W : W;
+        float* out = y + (int64_t(oc) + v * W) * plane + int64_t(oy) * s.w_out + ox + j;
+        for (int l = 0; l < n; ++l) out[l * plane] = t[l];
+      }
+  }
+
+  static constexpr int kMaxOcPositions = 8;
+  template <int RV>
+  static void conv_single_oc_rv(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int rx) {
+    switch (rx) {
+      case 1: conv_single_oc_block<RV, 1>(s, xp, y, oc, oy, ox); break;
+      case 2: conv_single_oc_block<RV, 2>(s, xp, y, oc, oy, ox); break;
+      case 3: conv_single_oc_block<RV, 3>(s, xp, y, oc, oy, ox); break;
+      case 4: conv_single_oc_block<RV, 4>(s, xp, y, oc, oy, ox); break;
+      case 5: conv_single_oc_block<RV, 5>(s, xp, y, oc, oy, ox); break;
+      case 6: conv_single_oc_block<RV, 6>(s, xp, y, oc, oy, ox); break;
+      case 7: conv_single_oc_block<RV, 7>(s, xp, y, oc, oy, ox); break;
+      default: conv_single_oc_block<RV, 8>(s, xp, y, oc, oy, ox); break;
+    }
+  }
+
+  static void conv_single_by_channel(const KStep& s, const float* xp, float* y) {
+    for (int oy = 0; oy < s.h_out; ++oy)
+      for (int oc = 0; oc < s.c_out; oc += 2 * W) {
+        const int rv = s.c_out - oc > W ? 2 : 1;
+        const int most = S::kAccumulators / rv < kMaxOcPositions ? S::kAccumulators / rv : kMaxOcPositions;
+        chunks(s.w_out, most, [&](int ox, int rx) {
+          if (rv == 2)
+            conv_single_oc_rv<2>(s, xp, y, oc, oy, ox, rx);
+          else
+            conv_single_oc_rv<1>(s, xp, y, oc, oy, ox, rx);
+        });
+      }
+  }
+
+  template <int RO>
+  static void conv_single_ro(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int valid) {
+    if (valid > W)
+      conv_single_block<RO, 2>(s, xp, y, oc, oy, ox, valid);
+    else
+      conv_single_block<RO, 1>(s, xp, y, oc, oy, ox, valid);
+  }
+
+  static void conv_single(const KStep& s, float* arena, float* scratch) {
+    const float* x = arena + s.in0;
+    float* y = arena + s.out;
+    if (!s.padded) return conv_generic(s, x, y, 1);
+    const float* xp = x;
+    if (!no_padding(s)) {
+      pad_input(s, x, scratch, 1);
+      xp = scratch;
+    }
+    if (s.single_by_channel) return conv_single_by_channel(s, xp, y);
+    const int block = channel_block(s.c_out);
+    for (int oy = 0; oy < s.h_out; ++oy)
+      for (int oc = 0; oc < s.c_out; oc += block) {
+        const int ro = s.c_out - oc < block ? s.c_out - oc : block;
+        for (int ox = 0; ox < s.w_out; ox += 2 * W) {
+          const int valid = s.w_out - ox < 2 * W ? s.w_out - ox : 2 * W;
+          switch (ro) {
+            case 1: conv_single_ro<1>(s, xp, y, oc, oy, ox, valid); break;
+            case 2: conv_single_ro<2>(s, xp, y, oc, oy, ox, valid); break;
+            case 3: conv_single_ro<3>(s, xp, y, oc, oy, ox, valid); break;
+            case 4: conv_single_ro<4>(s, xp, y, oc, oy, ox, valid); break;
+            case 5: conv_single_ro<5>(s, xp, y, oc, oy, ox, valid); break;
+            default: conv_single_ro<6>(s, xp, y, oc, oy, ox, valid); break;
+          }
+        }
+      }
+  }
+
+  // Rare shapes (padding so large that a padded copy would not fit the scratch limit): every tap
+  // bounds-checked, a padded tap multiplying an explicit zero, as the padded kernels do. L = W for
+  // a tile (a vector per tap), 1 for a single image (fma1).
+  static void conv_generic(const KStep& s, const float* x, float* y, int64_t L) {
+    const int64_t taps = int64_t(s.kh) * s.kw;
+    for (int64_t o = 0; o < s.c_out; ++o)
+      for (int64_t i = 0; i < s.h_out; ++i)
+        for (int64_t j = 0; j < s.w_out; ++j) {
+          float* out = y + ((o * s.h_out + i) * s.w_out + j) * L;
+          const float b = s.bias ? s.bias[o] : 0.0f;
+          V acc = S::set1(b);
+          float acc1 = b;
+          for (int64_t c = 0; c < s.c_in; ++c)
+            for (int64_t p = 0; p < s.kh; ++p) {
+              const int64_t iy = i * s.sh + p - s.pt;
+              for (int64_t q = 0; q < s.kw; ++q) {
+                const int64_t ix = j * s.sw + q - s.pl;
+                const bool inside = iy >= 0 && iy < s.h_in && ix >= 0 && ix < s.w_in;
+                const float w = s.weight[(o * s.c_in + c) * taps + p * s.kw + q];
+                const float* px = x + ((c * s.h_in + iy) * s.w_in + ix) * L;
+                if (L == W)
+                  acc = S::fma(S::set1(w), inside ? S::load(px) : S::zero(), acc);
+                else
+                  acc1 = S::fma1(w, inside ? *px : 0.0f, acc1);
+              }
+            }
+          if (L == W)
+            S::store(out, act(s.act, acc));
+          else
+            store_part(out, act(s.act, S::set1(acc1)), 1);
+        }
+  }
+
+  // ---- pooling ------------------------------------------------------------------------------
+
+  // Valid window rows/cols of output (i, j): [p0, p1) x [q0, q1), in 64 bits (huge windows).
+  struct Win {
+    int64_t top, left, p0, p1, q0, q1;
+  };
+  static Win window(const KStep& s, int64_t i, int64_t j) {
+    Win w;
+    w.top = i * s.sh - s.pt;
+    w.left = j * s.sw - s.pl;
+    w.p0 = w.top < 0 ? -w.top : 0;
+    w.p1 = s.h_in - w.top < s.kh ? s.h_in - w.top : s.kh;
+    w.q0 = w.left < 0 ? -w.left : 0;
+    w.q1 = s.w_in - w.left < s.kw ? s.w_in - w.left : s.kw;
+    return w;
+  }
+  // avgpool multiplies the sum by the float reciprocal of its divisor: a division per output cost
+  // as much as the whole pooling on a single image. (0 when the window holds no input: output 0.)
+  static float reciprocal(const KStep& s, const Win& w) {
+    const int64_t rows = w.p1 > w.p0 ? w.p1 - w.p0 : 0, cols = w.q1 > w.q0 ? w.q1 - w.q0 : 0;
+    const float d = s.count_include_pad ? float(int64_t(s.kh) * s.kw) : float(rows * cols);
+    return d > 0 ? 1.0f / d : 0.0f;
+  }
+
+  // Tile path: a vector over the lanes.
+  template <bool kMax>
+  static void pool_tile(const KStep& s, const float* x, float* y) {
+    for (int64_t c = 0; c < s.c_out; ++c)
+      for (int64_t i = 0; i < s.h_out; ++i)
+        for (int64_t j = 0; j < s.w_out; ++j) {
+          const Win w = window(s, i, j);
+          const float* xc = x + c * s.h_in * s.w_in * W;
+          V a = kMax ? S::set1(-__builtin_inff()) : S::zero();
+          for (int64_t p = w.p0; p < w.p1; ++p)
+            for (int64_t q = w.q0; q < w.q1; ++q) {
+              const V v = S::load(xc + ((w.top + p) * s.w_in + w.left + q) * W);
+              a = kMax ? S::max(v, a) : S::add(a, v);
+            }
+          if (!kMax) a = S::mul(a, S::set1(reciprocal(s, w)));
+          S::store(y + ((c * s.h_out + i) * s.w_out + j) * W, a);
+        }
+  }
+
+  // Single-image path: the same operations on one lane. Pooling steps carry no activation (only
+  // conv and dense get one fused).
+  template <bool kMax>
+  static void pool_single(const KStep& s, const float* x, float* y) {
+    for (int64_t c = 0; c < s.c_out; ++c) {
+      const float* xc = x + c * s.h_in * s.w_in;
+      float* yc = y + c * s.h_out * s.w_out;
+      for (int64_t i = 0; i < s.h_out; ++i) {
+        const Win row = window(s, i, 0);
+        for (int64_t j = 0; j < s.w_out; ++j) {
+          const Win w = window(s, i, j);
+          const float* xr = xc + (row.top + row.p0) * s.w_in + w.left;
+          float a = kMax ? -__builtin_inff() : 0.0f;
+          for (int64_t p = row.p0; p < row.p1; ++p, xr += s.w_in)
+            for (int64_t q = w.q0; q < w.q1; ++q) {
+              const float v = xr[q];
+              a = kMax ? (v > a ? v : a) : a + v;  // maxps(v, a) on one lane
+            }
+          if (!kMax) a = a * reciprocal(s, w);
+          yc[i * s.w_out + j] = a;
+        }
+      }
+    }
+  }
+
+  // ---- dense --------------------------------------------------------------------------------
+
+  // Tile path: UP units of a block at a time (as many accumulators as the registers allow) for W
+  // images; each weight is broadcast once per tile.
+  static constexpr int UP = S::kAccumulators >= kUnitBlock ? kUnitBlock : 8;
+  static void dense_tile(const KStep& s, float* arena) {
+    const float* x = arena + s.in0 * W;
+    float* y = arena + s.out * W;
+    const int64_t k = s.elements;
+    const int blocks = (s.units + kUnitBlock - 1) / kUnitBlock;
+    for (int b = 0; b < blocks; ++b)
+      for (int h = 0; h < kUnitBlock && b * kUnitBlock + h < s.units; h += UP) {
+        V acc[UP];
+        const float* bias = s.bias + int64_t(b) * kUnitBlock + h;
+        for (int u = 0; u < UP; ++u) acc[u] = S::bcast(bias + u);
+        const float* w = s.weight + int64_t(b) * k * kUnitBlock + h;
+        for (int64_t i = 0; i < k; ++i) {
+          const V xv = S::load(x + i * W);
+          const float* wi = w + i * kUnitBlock;
+          for (int u = 0; u < UP; ++u) acc[u] = S::fma(S::bcast(wi + u), xv, acc[u]);
+        }
+        const int first = b * kUnitBlock + h;
+        const int n = s.units - first < UP ? s.units - first : UP;
+        for (int u = 0; u < n; ++u) S::store(y + (int64_t(first) + u) * W, act(s.act, acc[u]));
+      }
+  }
+
+  // Single-image path: RB blocks of kUnitBlock units at once (NV vectors each), x broadcast.
+  static constexpr int NV = kUnitBlock / W;
+  template <int RB>
+  static void dense_single_blocks(const KStep& s, const float* x, float* y, int b0) {
+    const int64_t k = s.elements;
+    V acc[RB][NV];
+    for (int r = 0; r < RB; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = S::load(s.bias + int64_t(b0 + r) * kUnitBlock + v * W);
+    for (int64_t i = 0; i < k; ++i) {
+      const V xb = S::bcast(x + i);
+      for (int r = 0; r < RB; ++r) {
+        const float* w = s.weight + (int64_t(b0 + r) * k + i) * kUnitBlock;
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::fma(S::load(w + v * W), xb, acc[r][v]);
+      }
+    }
+    for (int r = 0; r < RB; ++r)
+      for (int v = 0; v < NV; ++v) {
+        const int first = (b0 + r) * kUnitBlock + v * W;
+        const int n = s.units - first;
+        if (n > 0) store_part(y + first, act(s.act, acc[r][v]), n);
+      }
+  }
+
+  static void dense_single(const KStep& s, float* arena) {
+    const float* x = arena + s.in0;
+    float* y = arena + s.out;
+    const int blocks = (s.units + kUnitBlock - 1) / kUnitBlock;
+    // Enough independent accumulators to cover the FMA latency: 8 vectors in flight.
+    constexpr int most = 8 / NV > 0 ? 8 / NV : 1;
+    int b = 0;
+    for (; b + most <= blocks; b += most) dense_single_blocks<most>(s, x, y, b);
+    for (; b < blocks; ++b) dense_single_blocks<1>(s, x, y, b);
+  }
+
+  // ---- softmax, add, activations ------------------------------------------------------------
+
+  static void softmax_tile(const KStep& s, float* arena) {
+    const float* x = arena + s.in0 * W;
+    float* y = arena + s.out * W;
+    const int64_t k = s.elements;
+    if (k <= 0) return;
+    V m = S::load(x);
+    for (int64_t i = 1; i < k; ++i) m = S::max(S::load(x + i * W), m);
+    V sum = S::zero();
+    for (int64_t i = 0; i < k; ++i) {
+      const V e = M::exp(S::sub(S::load(x + i * W), m));
+      S::store(y + i * W, e);
+      sum = S::add(sum, e);
+    }
+    for (int64_t i = 0; i < k; ++i) S::store(y + i * W, S::div(S::load(y + i * W), sum));
+  }
+
+  static void softmax_single(const KStep& s, float* arena) {
+    const float* x = arena + s.in0;
+    float* y = arena + s.out;
+    const int64_t k = s.elements;
+    if (k <= 0) return;
+    float m = x[0];
+    for (int64_t i = 1; i < k; ++i) m = x[i] > m ? x[i] : m;  // maxps(x_i, m)
+    for (int64_t i = 0; i < k; ++i) y[i] = x[i] - m;
+    int64_t i = 0;
+    for (; i + W <= k; i += W) S::store(y + i, M::exp(S::load(y + i)));
+    if (i < k) store_part(y + i, M::exp(load_part(y + i, int(k - i))), int(k - i));
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum = sum + y[j];
+    for (int64_t j = 0; j < k; ++j) y[j] = y[j] / sum;
+  }
+
+  static void add(const KStep& s, float* arena, int64_t L) {
+    const float* a = arena + s.in0 * L;
+    const float* b = arena + s.in1 * L;
+    float* y = arena + s.out * L;
+    const int64_t n = s.elements * L;
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+    act_inplace(s.act, y, n);
+  }
+
+  static void elementwise(const KStep& s, float* arena, int64_t L) {
+    const float* x = arena + s.in0 * L;
+    float* y = arena + s.out * L;
+    const int64_t n = s.elements * L;
+    if (y != x) std::memcpy(y, x, size_t(n) * sizeof(float));
+    act_inplace(s.act, y, n);
+  }
+
+  // ---- preprocessing -----------------------------------------------------------------------
+
+  // Vectorised along each row; every value goes through the same three IEEE operations as in the
+  // reference (no FMA: this file is built with -ffp-contract=off), so the bits are the same.
+  static void preprocess(const Preprocess& p, const uint8_t* raw, float* out) {
+    const int64_t oh = int64_t(p.height) + p.pad_top + p.pad_bottom, ow = int64_t(p.width) + p.pad_left + p.pad_right;
+    for (int64_t c = 0; c < p.channels; ++c) {
+      float* plane = out + c * oh * ow;
+      const uint8_t* src = raw + c * int64_t(p.height) * p.width;
+      const float mean = p.mean[c], sd = p.std[c];
+      const V vs = S::set1(p.scale), vm = S::set1(mean), vd = S::set1(sd);
+      for (int64_t y = 0; y < oh; ++y) {
+        float* row = plane + y * ow;
+        const int64_t sy = y - p.pad_top;
+        if (sy < 0 || sy >= p.height) {
+          for (int64_t x = 0; x < ow; ++x) row[x] = p.pad_value;
+          continue;
+        }
+        for (int64_t x = 0; x < p.pad_left; ++x) row[x] = p.pad_value;
+        for (int64_t x = p.pad_left + p.width; x < ow; ++x) row[x] = p.pad_value;
+        const uint8_t* s_row = src + sy * p.width;
+        float* d_row = row + p.pad_left;
+        int64_t x = 0;
+        for (; x + W <= p.width; x += W) S::store(d_row + x, S::div(S::sub(S::mul(S::load_u8(s_row + x), vs), vm), vd));
+        for (; x < p.width; ++x) {
+          const float scaled = float(s_row[x]) * p.scale;
+          const float centred = scaled - mean;
+          d_row[x] = centred / sd;
+        }
+      }
+    }
+  }
+
+  // ---- whole network ------------------------------------------------------------------------
+
+  static void run_tile(const Program& prog, float* arena, float* scratch) {
+    for (int i = 0; i < prog.count; ++i) {
+      const KStep& s = prog.steps[i];
+      switch (s.op) {
+        case KOp::Conv: conv_tile(s, arena, scratch); break;
+        case KOp::AvgPool: pool_tile<false>(s, arena + s.in0 * W, arena + s.out * W); break;
+        case KOp::MaxPool: pool_tile<true>(s, arena + s.in0 * W, arena + s.out * W); break;
+        case KOp::Act: elementwise(s, arena, W); break;
+        case KOp::Dense: dense_tile(s, arena); break;
+        case KOp::Softmax: softmax_tile(s, arena); break;
+        case KOp::Add: add(s, arena, W); break;
+      }
+    }
+  }
+
+  static void run_single(const Program& prog, float* arena, float* scratch) {
+    for (int i = 0; i < prog.count; ++i) {
+      const KStep& s = prog.steps[i];
+      switch (s.op) {
+        case KOp::Conv: conv_single(s, arena, scratch); break;
+        case KOp::AvgPool: pool_single<false>(s, arena + s.in0, arena + s.out); break;
+        case KOp::MaxPool: pool_single<true>(s, arena + s.in0, arena + s.out); break;
+        case KOp::Act: elementwise(s, arena, 1); break;
+        case KOp::Dense: dense_single(s, arena); break;
+        case KOp::Softmax: softmax_single(s, arena); break;
+        case KOp::Add: add(s, arena, 1); break;
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace engine::cpu::ENGINE_CPU_KERNEL_NS

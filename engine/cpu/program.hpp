@@ -1,0 +1,75 @@
+#pragma once
+// The compiled network as plain data, handed to the kernels of one instruction set
+// (kernels.hpp). No standard-library types on purpose: this header is included by the
+// per-instruction-set translation units, which must not instantiate shared inline code.
+#include <cstdint>
+
+namespace engine::cpu {
+
+enum class KOp : int { Conv, AvgPool, MaxPool, Act, Dense, Softmax, Add };
+enum class KAct : int { None, Relu, Tanh, Sigmoid };
+
+// Dense weights are packed at compile time in blocks of kUnitBlock output units, k-major inside a
+// block: packed[(b * k + i) * kUnitBlock + j] = weight[b * kUnitBlock + j][i], zero past the last
+// unit; the bias is zero-padded the same way. Both kernel layouts read them contiguously.
+inline constexpr int kUnitBlock = 16;
+
+struct KStep {
+  KOp op = KOp::Act;
+  KAct act = KAct::None;  // applied to every element this step writes (fused or standalone)
+  // Offsets of the input(s) and output in a single-sample arena, in floats (graph arena_offset).
+  int64_t in0 = 0, in1 = 0, out = 0;
+  int64_t elements = 0;  // Act/Add/Softmax: elements per sample; Dense: input length k
+  // Conv and pools: [C, H, W] in and out, the window.
+  int c_in = 0, h_in = 0, w_in = 0, c_out = 0, h_out = 0, w_out = 0;
+  int kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pl = 0;
+  bool count_include_pad = true;
+  // Conv: true when the input is first copied into a zero-bordered buffer of hp x wp per channel
+  // (scratch); false when that buffer would be too large (huge padding) and taps are bounds-checked.
+  bool padded = false;
+  int64_t hp = 0, wp = 0;
+  // Conv, single-image path: vectorise over output channels (weight_t: [c][p][q][c_out_padded],
+  // zero past c_out) rather than along output rows, when that fills more lanes.
+  bool single_by_channel = false;
+  const float* weight_t = nullptr;
+  int64_t c_out_padded = 0;
+  int units = 0;               // Dense
+  const float* weight = nullptr;  // Conv: OIHW as in the model; Dense: packed (above)
+  const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null
+};
+
+// uint8 input preprocessing (model-format-v1.md): (float(x) * scale - mean[c]) / std[c], rounded
+// after each operation exactly as the reference does it, border = pad_value.
+struct Preprocess {
+  int channels = 0, height = 0, width = 0;  // raw
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  float scale = 1, pad_value = 0;
+  const float* mean = nullptr;  // [channels]
+  const float* std = nullptr;   // [channels]
+};
+
+struct Program {
+  const KStep* steps = nullptr;
+  int count = 0;
+  int64_t arena_floats = 0;  // per sample (graph.arena_floats_per_sample)
+};
+
+// One instruction set's entry points. `lanes` images are computed side by side, one per SIMD lane:
+// the tile arena holds each value as [elements][lanes]. The single-image path computes one image in
+// a plain [elements] arena, vectorised along rows and units instead, with the same operation
+// sequence per element, so both give the same bits.
+struct KernelSet {
+  const char* name = "";
+  int lanes = 1;
+  // `scratch` holds the zero-bordered copy of the largest padded conv input (x lanes), plus slack.
+  void (*run_tile)(const Program& program, float* arena, float* scratch) = nullptr;
+  void (*run_single)(const Program& program, float* arena, float* scratch) = nullptr;
+  // One image's raw pixels to its preprocessed [C, H', W'] floats (bitwise the reference's values).
+  void (*preprocess)(const Preprocess& p, const uint8_t* raw, float* out) = nullptr;
+};
+
+const KernelSet* kernels_avx512();
+const KernelSet* kernels_avx2();
+const KernelSet& kernels_portable();
+
+}  // namespace engine::cpu

@@ -1,0 +1,69 @@
+// The "reference" backend: always available, priority 0, the oracle every other backend is checked
+// against.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/core/registry.hpp"
+#include "engine/reference/reference_executable.hpp"
+
+namespace engine::reference {
+namespace {
+
+// The processor's marketing name from /proc/cpuinfo when there is one (Linux), for the logs.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const auto start = line.find_first_not_of(" \t", colon + 1);
+    return start == std::string::npos ? std::string() : line.substr(start);
+  }
+  return {};
+}
+
+class ReferenceBackend : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+  std::string description() const override {
+    const std::string model = cpu_model_name();
+    return fmt::format("reference C++ on {} ({} OpenMP threads, double accumulation)",
+                       model.empty() ? std::string("the host CPU") : model, omp_get_max_threads());
+  }
+  std::optional<std::string> unsupported(const formats::Node& node) const override {
+    switch (node.op) {
+      case OpType::Conv2D: case OpType::AvgPool: case OpType::MaxPool: case OpType::Relu:
+      case OpType::Tanh: case OpType::Sigmoid: case OpType::Flatten: case OpType::Dense:
+      case OpType::Softmax: case OpType::Add:
+        return std::nullopt;
+    }
+    return "op not implemented by the cpu backend";
+  }
+  std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
+    check_supported(*this, graph);
+    return std::make_unique<ReferenceExecutable>(graph, options);
+  }
+};
+
+}  // namespace
+}  // namespace engine::reference
+
+namespace engine {
+
+void register_reference_backend(BackendRegistry& registry) {
+  registry.add(BackendEntry{
+      .name = "reference",
+      .summary = "reference C++ on the host CPU: double accumulation, OpenMP over the batch",
+      .priority = 0,
+      .unavailable_reason = [] { return std::optional<std::string>(); },
+      .create = [] { return std::unique_ptr<Backend>(std::make_unique<reference::ReferenceBackend>()); },
+  });
+}
+
+}  // namespace engine
