@@ -111,13 +111,13 @@ int info_command(const InfoOptions& o) {
       copts.max_batch = 1;
       auto exe = BackendRegistry::instance().create(s.name)->compile(graph, copts);
       path = exe->execution_path();
-      if (path.empty()) path = "per-node";
+      if (path.empty()) path = "one step per node";
     } catch (const std::exception& e) {
       path = std::string("cannot compile: ") + e.what();
     }
     if (!header) fmt::print("\nexecution path here\n");
     header = true;
-    fmt::print("  {:<9}{}\n", s.name, path);
+    fmt::print("  {:<11}{}\n", s.name, path);
   }
   return 0;
 }

@@ -265,6 +265,11 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }
 
+std::string CpuExecutable::execution_path() const {
+  return fmt::format("whole network per tile of {} images ({} kernels, activations fused)", kernels_.lanes,
+                     kernels_.name);
+}
+
 void CpuExecutable::load_input(const void* input, int s, float* x) const {
   const auto& in_spec = graph_.model->input;
   if (in_spec.dtype == formats::InputDType::UInt8) {

@@ -28,6 +28,7 @@ class CpuExecutable : public Executable {
   int max_batch() const override { return max_batch_; }
   void run(const void* input, int n, std::span<float* const> outputs) override;
   std::string plan_summary() const override { return summary_; }
+  std::string execution_path() const override;
 
   // Staged execution (engine bench), as the reference does it: all synchronous on the host.
   bool staged() const override { return true; }
