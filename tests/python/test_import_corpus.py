@@ -1,7 +1,8 @@
 """The importers on the corpus of real framework files (tools/make_import_corpus.py): each file is
 exported with tools/export (whose own check compares the graph with the source framework), then the
-engine's CPU backend runs the exported model on the first 2,000 MNIST test images and its outputs
-are compared with what the framework itself computed when it saved the file:
+engine's reference backend runs the exported model on the first 2,000 MNIST test images and its
+outputs are compared with what the framework itself computed when it saved the file (and the fast
+`cpu` backend's outputs with the reference's: same class, within 1e-5):
   - argmax agreement on at least 99.95 % of the images (at most 1 of 2,000 may differ), and
   - max |engine - framework| <= BOUND * max(1, max |framework|), the importers' relative bound.
 The corpus is generated into build-corpus/ (git-ignored) on first use and regenerated when the
@@ -94,3 +95,13 @@ def test_corpus_file(file, corpus, test_images, tmp_path, capsys):
     print(f"{file}: argmax agreement {agree:.4%} on {len(ref)} images, max |diff| {diff:.3e} (bound {bound:.2e})")
     assert agree >= MIN_AGREEMENT, f"{file}: argmax agrees on {agree:.4%} of {len(ref)} images"
     assert diff <= bound, f"{file}: max |diff| {diff:.3e} > {bound:.2e}"
+
+    # The fast `cpu` backend on the same imported model: the reference's class on every image and
+    # outputs within 1e-5 of the reference's (relative to the output's scale for logits).
+    fast_dump = tmp_path / "fast.npy"
+    export.run_engine(engine, out, test_images, fast_dump, backend="cpu")
+    fast = np.load(fast_dump).reshape(-1, 10)
+    fast_diff = float(np.abs(fast.astype(np.float64) - got).max())
+    fast_bound = 1e-5 * max(1.0, float(np.abs(got).max()))
+    assert (fast.argmax(1) == got.argmax(1)).all(), f"{file}: cpu and reference disagree on a class"
+    assert fast_diff <= fast_bound, f"{file}: cpu vs reference max |diff| {fast_diff:.3e} > {fast_bound:.2e}"
