@@ -110,7 +110,6 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
     // convolution's padding as zeros).
     const float* in0 = smem + I.off + t * I.image + oy0 * pitch + ox * SW;
     const float* w0 = weights + g * (C * K * K * OCB);
-#pragma unroll 2
     for (int c = 0; c < C; ++c) {
       const float* ic = in0 + c * I.channel;
       const float* wc = w0 + c * (K * K * OCB);
