@@ -132,6 +132,37 @@ PY
     }
     perf_all 2>&1 | tee "$OUT/perf.log" || status=1
     ;;
+  crossover)
+    # The custom fused path's kernel sets at small and middle batches (docs/perf-fused-gpu.md): the
+    # image chain forced on every batch (clusters of blocks per image where the batch is small, then
+    # without clusters), then the tiled kernels forced; compute scope with CUDA graphs. The table
+    # says where each stops winning. Files: crossover-*.json.
+    py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+    for mode in image:1000000000:8 image-1:1000000000:1 tiled:0:1; do
+      IFS=: read -r name max cluster <<<"$mode"
+      ENGINE_FUSED_IMAGE_MAX=$max ENGINE_FUSED_IMAGE_CLUSTER=$cluster timeout 150 $B/engine -q bench \
+        ${BENCH_MODEL:-models/lenet5.json} --backend custom --batch "${CROSSOVER_BATCHES:-1,16,64,256,512,1024,2048,4096}" \
+        --cuda-graph --no-data-transfers --duration "${BENCH_DURATION:-0.3}" --repetitions 3 \
+        --json "$OUT/crossover-$name.json" >/dev/null || status=1
+    done
+    "$py" - "$OUT" <<'PY' || status=1
+import json, sys
+out = sys.argv[1]
+modes = ("image", "image-1", "tiled")
+rows = {}
+for mode in modes:
+    for r in json.load(open(f"{out}/crossover-{mode}.json"))["results"]:
+        if r["scope"] == "compute" and r["mode"] == "graph":
+            rows.setdefault(r["batch"], {})[mode] = r["images_per_s"]
+print("batch | image chain, clusters | image chain, 1 block/image | tiled kernels   (images/s, us per batch)")
+for b in sorted(rows):
+    cells = []
+    for m in modes:
+        v = rows[b].get(m, 0)
+        cells.append(f"{v:13,.0f} {1e6 * b / v if v else 0:8.1f}")
+    print(f"{b:6d} | " + " | ".join(cells))
+PY
+    ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac
 done

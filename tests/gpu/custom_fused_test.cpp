@@ -3,7 +3,9 @@
 // batches, bitwise reproducibility across batch splits, and the rule that decides the path.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -143,29 +145,90 @@ TEST(CustomFused, LenetLikeModelsMatchCpu) {
   }
 }
 
-// The same images give the same bits whatever batch they run in and whatever the capacity.
+// ENGINE_FUSED_IMAGE_MAX for one scope: which fused kernels a compile picks for small batches.
+class ScopedImageMax {
+ public:
+  explicit ScopedImageMax(const char* value) { setenv("ENGINE_FUSED_IMAGE_MAX", value, 1); }
+  ~ScopedImageMax() { unsetenv("ENGINE_FUSED_IMAGE_MAX"); }
+};
+
+// The same images give the same bits whatever batch they run in and whatever the capacity: 2,000
+// images through the tiled kernels at once, then in parts of 1 and 7 (the first 301 images) and 64
+// and 301 (all) through the default
+// choice (the image chain on a 132-SM GPU) and through the tiled kernels (forced).
 TEST(CustomFused, BitwiseEqualAcrossBatchSplits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   for (uint32_t seed : {9100u, 9101u, 9102u}) {
     auto model = random_chain(seed);
     SCOPED_TRACE(model->name);
     const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-    const int total = 301;
+    const int total = 2000;
     const auto input = testing_support::random_floats(per_sample * total, seed);
-    const auto whole = testing_support::run_backend(model, "custom", input.data(), total, total);
+    std::vector<std::vector<float>> whole;
+    {
+      ScopedImageMax off("0");
+      whole = testing_support::run_backend(model, "custom", input.data(), total, total);
+    }
     const size_t out_per_sample = whole[0].size() / total;
-    for (int cap : {1, 7, 64}) {
-      for (int start = 0; start < total; start += cap) {
-        const int n = std::min(cap, total - start);
-        const auto part = testing_support::run_backend(model, "custom", input.data() + size_t(start) * per_sample, n, cap);
-        ASSERT_EQ(std::memcmp(part[0].data(), whole[0].data() + size_t(start) * out_per_sample,
-                              size_t(n) * out_per_sample * sizeof(float)),
-                  0)
-            << "samples " << start << ".." << start + n - 1 << " with capacity " << cap;
+    for (const char* image_max : {"", "0"}) {
+      std::unique_ptr<ScopedImageMax> forced;
+      if (*image_max) forced = std::make_unique<ScopedImageMax>(image_max);
+      for (int cap : {1, 7, 64, 301}) {
+        const int covered = cap < 64 ? 301 : total;  // one compile per part: small parts cover the first 301
+        for (int start = 0; start < covered; start += cap) {
+          const int n = std::min(cap, covered - start);
+          const auto part = testing_support::run_backend(model, "custom", input.data() + size_t(start) * per_sample, n, cap);
+          ASSERT_EQ(std::memcmp(part[0].data(), whole[0].data() + size_t(start) * out_per_sample,
+                                size_t(n) * out_per_sample * sizeof(float)),
+                    0)
+              << "samples " << start << ".." << start + n - 1 << " with capacity " << cap
+              << (*image_max ? " (tiled kernels forced)" : "");
+        }
       }
     }
+    ScopedImageMax off("0");
     const auto again = testing_support::run_backend(model, "custom", input.data(), total, total);
     EXPECT_EQ(std::memcmp(again[0].data(), whole[0].data(), whole[0].size() * sizeof(float)), 0);
+  }
+}
+
+// The image chain (small batches) and the tiled kernels give the same bits for the same images: the
+// same summation order per output, the same activation and softmax code. Forced both ways on the
+// same images of every random chain: 97 images (one image per block), 33 (clusters of 4 blocks per
+// image on a 132-SM GPU) and 5 (clusters of 8), each against the tiled kernels' first images.
+TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const int models = custom_test::sanitizer_run() ? 6 : 60;
+  const int n = 97;
+  for (int i = 0; i < models; ++i) {
+    auto model = random_chain(uint32_t(9000 + i));
+    SCOPED_TRACE(model->name);
+    const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+    const auto input = testing_support::random_floats(per_sample * n, uint32_t(7000 + i));
+    std::vector<std::vector<float>> tiled;
+    {
+      ScopedImageMax off("0");
+      engine::CompileOptions options;
+      options.max_batch = n;
+      auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+      ASSERT_FALSE(contains(exe->execution_path(), "image chain")) << exe->execution_path();
+      tiled = testing_support::run_backend(model, "custom", input.data(), n, n);
+    }
+    ScopedImageMax on("1000000");
+    engine::CompileOptions options;
+    options.max_batch = n;
+    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+    ASSERT_TRUE(contains(exe->execution_path(), "image chain kernel for batches <= 1000000"))
+        << exe->execution_path() << "\n" << exe->plan_summary();
+    for (int batch : {n, 33, 5}) {
+      const auto image = testing_support::run_backend(model, "custom", input.data(), batch, n);
+      ASSERT_EQ(image.size(), tiled.size());
+      for (size_t o = 0; o < image.size(); ++o) {
+        ASSERT_EQ(image[o].size() * size_t(n), tiled[o].size() * size_t(batch));
+        EXPECT_EQ(std::memcmp(image[o].data(), tiled[o].data(), image[o].size() * sizeof(float)), 0)
+            << "output " << o << " of " << batch << " images differs between the image chain and the tiled kernels";
+      }
+    }
   }
 }
 

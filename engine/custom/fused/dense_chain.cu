@@ -60,19 +60,6 @@ __device__ void dense_layer(const DenseLayer& L, float* smem, int images) {
   }
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s));
-  return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  // A fixed butterfly: every lane ends with the same sum, the same way every run.
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
-  return v;
-}
-
 __global__ void __launch_bounds__(kDenseThreads)
     dense_chain_kernel(const __grid_constant__ DenseChainParams p, const float* __restrict__ x, float* __restrict__ y,
                        int n) {
@@ -103,16 +90,7 @@ __global__ void __launch_bounds__(kDenseThreads)
     if (p.softmax) {
       // One warp per image: max, then the sum of exp(x - max) (each lane's terms in u order, then
       // the butterfly), then each probability.
-      for (int t = warp; t < images; t += warps) {
-        const float* row = out + t * last_layer.out_pitch;
-        float m = -__int_as_float(0x7f800000);
-        for (int u = lane; u < U; u += 32) m = fmaxf(m, row[u]);
-        m = warp_max(m);
-        float s = 0.0f;
-        for (int u = lane; u < U; u += 32) s += expf(row[u] - m);
-        s = warp_sum(s);
-        for (int u = lane; u < U; u += 32) dst[size_t(t) * U + u] = expf(row[u] - m) / s;
-      }
+      for (int t = warp; t < images; t += warps) softmax_row_warp(out + t * last_layer.out_pitch, U, dst + size_t(t) * U, lane);
     } else {
       for (int i = threadIdx.x; i < images * U; i += blockDim.x) {
         const int t = i / U, u = i - t * U;

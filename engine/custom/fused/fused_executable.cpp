@@ -2,12 +2,33 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "engine/gpu/gpu_executable.hpp"
 
 namespace engine::custom::fused {
 namespace {
+
+// A non-negative integer from the environment, or `fallback`.
+int env_int(const char* name, int fallback) {
+  if (const char* env = std::getenv(name); env && *env) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end == '\0' && v >= 0) return int(std::min<long>(v, 1L << 30));
+  }
+  return fallback;
+}
+
+// The largest batch the image chain runs: 12 images per SM. On the H100 (132 SMs) the image chain
+// wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
+// kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it
+// (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), for benchmarks and tests;
+// the bits are the same either way.
+constexpr int kImageImagesPerSm = 12;
+constexpr int kImageMaxCluster = 8;
 
 class FusedExecutable final : public gpu::GpuExecutable {
  public:
@@ -28,7 +49,16 @@ class FusedExecutable final : public gpu::GpuExecutable {
                                          bytes / 1024));
       conv_blocks_ = per_sm * device.multiprocessors;
       conv_in_ = device_value(plan_.conv_input_value);
-      conv_out_ = device_value(plan_.conv_output_value);
+      if (plan_.handoff_floats > 0) {
+        handoff_ = gpu::DeviceBuffer<float>(size_t(plan_.handoff_floats) * size_t(max_batch_),
+                                            "fused conv chain -> dense chain hand-off");
+        conv_out_ = handoff_.data();
+        summary_ += fmt::format("\nhand-off between the chains (tiled kernels): {} floats/sample x {} = {:.2f} MiB",
+                                plan_.handoff_floats, max_batch_,
+                                double(plan_.handoff_floats) * max_batch_ * 4 / (1 << 20));
+      } else {
+        conv_out_ = device_value(plan_.conv_output_value);
+      }
       plan_.summary.insert(plan_.summary.begin(),
                            fmt::format("path: fused ({} kernel{}; the per-node kernels are not used)",
                                        plan_.has_dense ? 2 : 1, plan_.has_dense ? "s" : ""));
@@ -50,14 +80,53 @@ class FusedExecutable final : public gpu::GpuExecutable {
         throw gpu::CudaError(fmt::format("fused dense chain: a block with {} KiB of shared memory cannot be resident",
                                          bytes / 1024));
       dense_blocks_ = per_sm * device.multiprocessors;
-      dense_in_ = device_value(plan_.dense_input_value);
+      dense_in_ = plan_.handoff_floats > 0 ? handoff_.data() : device_value(plan_.dense_input_value);
       dense_out_ = device_value(plan_.dense_output_value);
+    }
+    if (plan_.has_image) {
+      if (plan_.has_conv) image_conv_weights_ = upload(plan_.image_conv_weights, "image chain conv weights");
+      for (int l = 0; l < plan_.image.dense.layer_count; ++l) {  // the tiled dense chain's uploads
+        plan_.image.dense.layers[l].weight_t = plan_.dense.layers[l].weight_t;
+        plan_.image.dense.layers[l].bias = plan_.dense.layers[l].bias;
+      }
+      const int bytes = plan_.image.smem_floats * 4;
+      image_chain_prepare(bytes, "fused image chain: shared-memory limit");
+      const int per_sm = image_chain_blocks_per_sm(bytes);
+      if (per_sm >= 1) {
+        image_blocks_ = per_sm * device.multiprocessors;
+        image_max_ = env_int("ENGINE_FUSED_IMAGE_MAX", kImageImagesPerSm * device.multiprocessors);
+        image_cluster_ =
+            image_chain_max_cluster(bytes, std::max(1, std::min(kImageMaxCluster, env_int("ENGINE_FUSED_IMAGE_CLUSTER",
+                                                                                          kImageMaxCluster))));
+        multiprocessors_ = device.multiprocessors;
+        plan_.summary.push_back(fmt::format(
+            "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
+            "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "
+            "batches of at most {} images spread each image over a cluster of up to {} blocks; the same bits as "
+            "the kernels above",
+            image_max_, kImageThreads, double(bytes) / 1024, per_sm, kImageOcb, kImageRowsPerThread,
+            kImageSliceFloats * 4 / 1024, image_cluster_ > 1 ? device.multiprocessors / 2 : 0, image_cluster_));
+      } else {
+        plan_.summary.push_back(fmt::format("no image chain: a block with {} KiB of shared memory cannot be resident",
+                                            bytes / 1024));
+      }
+    } else {
+      plan_.summary.push_back("no image chain for small batches: " + plan_.image_why);
     }
     for (const std::string& line : plan_.summary) summary_ += "\n" + line;
     CUDA_CHECK_CTX(cudaStreamSynchronize(stream()), "uploading the fused path's weights");
   }
 
   void forward(int n) override {
+    if (n <= image_max_) {
+      // Few images: each on a cluster of blocks, as large as keeps every block on its own SM.
+      int cluster = image_cluster_;
+      while (cluster > 1 && int64_t(n) * cluster > multiprocessors_) cluster /= 2;
+      image_chain_forward(plan_.image, image_conv_weights_, plan_.has_conv ? conv_in_ : dense_in_,
+                          plan_.has_dense ? dense_out_ : conv_out_, n, image_blocks_, cluster, stream(),
+                          "fused image chain");
+      return;
+    }
     if (plan_.has_conv)
       conv_chain_forward(plan_.conv, conv_weights_, conv_in_, conv_out_, n, conv_blocks_, stream(), "fused conv chain");
     if (plan_.has_dense)
@@ -66,9 +135,12 @@ class FusedExecutable final : public gpu::GpuExecutable {
 
   std::string plan_summary() const override { return summary_; }
   std::string execution_path() const override {
-    return fmt::format("fused ({})", plan_.has_conv && plan_.has_dense ? "conv chain + dense chain kernels"
-                                     : plan_.has_conv                  ? "conv chain kernel"
-                                                                       : "dense chain kernel");
+    const std::string image = image_max_ > 0 ? fmt::format("; the image chain kernel for batches <= {}", image_max_) : "";
+    return fmt::format("fused ({}{})",
+                       plan_.has_conv && plan_.has_dense ? "conv chain + dense chain kernels"
+                       : plan_.has_conv                  ? "conv chain kernel"
+                                                         : "dense chain kernel",
+                       image);
   }
 
  private:
@@ -83,7 +155,11 @@ class FusedExecutable final : public gpu::GpuExecutable {
 
   FusedPlan plan_;
   std::vector<gpu::DeviceBuffer<float>> buffers_;
+  gpu::DeviceBuffer<float> handoff_;  // [max_batch][handoff_floats] when both chains run
   const float* conv_weights_ = nullptr;
+  const float* image_conv_weights_ = nullptr;
+  int image_blocks_ = 0, image_max_ = 0;  // image_max_ 0: never
+  int image_cluster_ = 1, multiprocessors_ = 1;
   const float* conv_in_ = nullptr;
   float* conv_out_ = nullptr;
   const float* dense_in_ = nullptr;

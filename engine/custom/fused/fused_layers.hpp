@@ -24,6 +24,13 @@ inline constexpr int kMaxEpilogueActs = 3;  // activations applied one after ano
 inline constexpr int kConvThreads = 256;
 inline constexpr int kDenseThreads = 256;
 inline constexpr int kConvRowsPerThread = 4;  // YB: output rows a thread keeps in registers
+// The one-image-per-block kernel for small batches (image_chain.cu): more threads, smaller work items
+// (2 output channels x 2 rows), each dense layer's weights staged through shared memory in slices
+// of kImageSliceFloats, two slices in turn (the next one loads while the block computes on this one).
+inline constexpr int kImageThreads = 512;
+inline constexpr int kImageRowsPerThread = 2;
+inline constexpr int kImageOcb = 2;
+inline constexpr int kImageSliceFloats = 8192;
 
 enum class Act : int { None = 0, Relu = 1, Tanh = 2, Sigmoid = 3 };
 
@@ -54,6 +61,8 @@ enum class ConvVariant : int {
   K2_4 = 2, K2_6 = 3, K2_8 = 4,
   K3_4 = 5, K3_6 = 6, K3_8 = 7,
   K5_4 = 8, K5_6 = 9, K5_8 = 10,  // square K x K kernels
+  // The image chain's: 2 output channels per thread (and 2 rows for the tiled ones).
+  Generic2 = 11, K2_2 = 12, K3_2 = 13, K5_2 = 14,
 };
 
 enum class SpatialOp : int { Conv = 0, MaxPool = 1, AvgPool = 2 };
@@ -98,6 +107,7 @@ struct DenseLayer {
   const float* weight_t = nullptr;  // device [in_padded][units_padded], zero padded (transposed)
   const float* bias = nullptr;      // device [units_padded], zero padded (zeros when no bias)
   Epilogue epilogue;
+  int slice_rows = 0;  // image chain: rows of weight_t per staged slice
 };
 
 struct DenseChainParams {
@@ -110,7 +120,19 @@ struct DenseChainParams {
   int smem_floats = 0;
 };
 
-// Launchers (conv_chain.cu, dense_chain.cu). `blocks` is the persistent grid chosen at plan time;
+// The whole chain for one image per block (image_chain.cu), for batches too small to fill the GPU
+// with the tiled kernels: the same layers and the same summation order per output (the same bits),
+// finer work items, and no round trip through global memory between the two parts.
+struct ImageChainParams {
+  int has_conv = 0, has_dense = 0;
+  ConvChainParams conv;    // tile_images = 1; K*_2 / Generic2 variants; shared-memory offsets from 0
+  DenseChainParams dense;  // tile_images = 1; in_off / out_off: one image's rows, after the conv part
+  int slice_off[2] = {0, 0};  // two staged slices of dense weights, kImageSliceFloats each
+  int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
+  int smem_floats = 0;
+};
+
+// Launchers (conv_chain.cu, dense_chain.cu, image_chain.cu). `blocks` is the persistent grid chosen at plan time;
 // each block loops over tiles of images. Throw engine::gpu::CudaError naming `context`.
 void conv_chain_prepare(int smem_bytes, const char* context);  // raises the kernel's shared-memory limit
 int conv_chain_blocks_per_sm(int smem_bytes);
@@ -121,5 +143,14 @@ void dense_chain_prepare(int smem_bytes, const char* context);
 int dense_chain_blocks_per_sm(int smem_bytes);
 void dense_chain_forward(const DenseChainParams& p, const float* x, float* y, int n, int blocks,
                          cudaStream_t stream, const char* context);
+
+void image_chain_prepare(int smem_bytes, const char* context);
+int image_chain_blocks_per_sm(int smem_bytes);
+// The largest cluster (want, want/2, ..., 2) the image chain can be launched with, or 1.
+int image_chain_max_cluster(int smem_bytes, int want);
+// cluster > 1: n clusters of `cluster` blocks, one image each (n * cluster blocks, the caller keeps
+// that within one wave); otherwise min(n, blocks) blocks looping over the images.
+void image_chain_forward(const ImageChainParams& p, const float* conv_weights, const float* x, float* y, int n,
+                         int blocks, int cluster, cudaStream_t stream, const char* context);
 
 }  // namespace engine::custom::fused

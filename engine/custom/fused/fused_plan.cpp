@@ -47,8 +47,10 @@ void push_act(Epilogue& e, Act a, const formats::Node& node) {
   e.acts[e.count++] = a;
 }
 
-// Output channels per thread: the fewest padded channels, the larger block on a tie.
-int choose_ocb(int oc, bool tiled) {
+// Output channels per thread: the fewest padded channels, the larger block on a tie (the image
+// chain: always kImageOcb).
+int choose_ocb(int oc, bool tiled, bool image) {
+  if (image) return kImageOcb;
   const std::vector<int> options = tiled ? std::vector<int>{8, 6, 4} : std::vector<int>{8, 4};
   int best = options.front();
   for (int b : options)
@@ -56,7 +58,13 @@ int choose_ocb(int oc, bool tiled) {
   return best;
 }
 
-ConvVariant conv_variant(bool tiled, int kernel_h, int ocb) {
+ConvVariant conv_variant(bool tiled, int kernel_h, int ocb, bool image) {
+  if (image) {
+    if (tiled && kernel_h == 2) return ConvVariant::K2_2;
+    if (tiled && kernel_h == 3) return ConvVariant::K3_2;
+    if (tiled && kernel_h == 5) return ConvVariant::K5_2;
+    return ConvVariant::Generic2;
+  }
   const int idx = ocb == 4 ? 0 : ocb == 6 ? 1 : 2;
   if (tiled) {
     if (kernel_h == 2) return ConvVariant(int(ConvVariant::K2_4) + idx);
@@ -66,7 +74,9 @@ ConvVariant conv_variant(bool tiled, int kernel_h, int ocb) {
   return ocb == 4 ? ConvVariant::Generic4 : ConvVariant::Generic8;
 }
 
-bool is_tiled(ConvVariant v) { return v != ConvVariant::Generic4 && v != ConvVariant::Generic8; }
+bool is_tiled(ConvVariant v) {
+  return v != ConvVariant::Generic4 && v != ConvVariant::Generic8 && v != ConvVariant::Generic2;
+}
 
 struct SpatialNode {  // a conv2d or pool node and its place in the chain
   const formats::Node* node;
@@ -74,7 +84,7 @@ struct SpatialNode {  // a conv2d or pool node and its place in the chain
 };
 
 // Lays out one smem tensor of per-image size for its consumer (a conv reads it padded).
-SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* consumer) {
+SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* consumer, int rows_per_thread) {
   SmemTensor t;
   t.channels = channels;
   t.height = height;
@@ -88,9 +98,9 @@ SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* c
     const int oh = pooled ? c.conv_out_h : c.out.height, ow = pooled ? c.conv_out_w : c.out.width;
     const int needed_rows = (oh - 1) * c.stride_h + c.kernel_h;
     const int needed_cols = (ow - 1) * c.stride_w + c.kernel_w;
-    // A tiled conv's last row strip reads up to kConvRowsPerThread - 1 rows past the output: slack.
+    // A tiled conv's last row strip reads up to rows_per_thread - 1 rows past the output: slack.
     const int read_rows = is_tiled(c.variant)
-                              ? ((oh + kConvRowsPerThread - 1) / kConvRowsPerThread) * kConvRowsPerThread + c.kernel_h - 1
+                              ? ((oh + rows_per_thread - 1) / rows_per_thread) * rows_per_thread + c.kernel_h - 1
                               : needed_rows;
     rows = std::max(t.pad_top + height, read_rows);
     cols = std::max(t.pad_left + width, needed_cols);
@@ -108,8 +118,12 @@ SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* c
 
 constexpr int64_t kMaxSmemDim = int64_t(1) << 24;  // keeps every int index in the kernels far from overflow
 
-void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, const DeviceShape& dev, FusedPlan& plan) {
-  ConvChainParams& p = plan.conv;
+// The conv chain's layers, weights and buffers. `image`: the image chain's style (one image, 2 x 2
+// work items, buffers from offset 0 after the weights; the caller adds the dense part and checks
+// the total); otherwise the tiled kernel's (T images, as many as two blocks per SM allow).
+void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, const DeviceShape& dev, bool image,
+                  ConvChainParams& p, std::vector<float>& w, std::vector<std::string>& summary) {
+  const int rows_per_thread = image ? kImageRowsPerThread : kConvRowsPerThread;
   std::vector<SpatialNode> producers;
   std::vector<Epilogue> epilogues(1);  // [0]: the input's; [i + 1]: producer i's
   for (size_t i = 0; i < end; ++i) {
@@ -133,7 +147,6 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
 
   // Layers (without buffers yet), and the packed weights: per conv, [groups][C][kh][kw][ocb] then
   // the bias [oc_padded], each block 16-byte aligned.
-  std::vector<float>& w = plan.conv_weights;
   for (size_t i = 0; i < producers.size(); ++i) {
     const formats::Node& node = *producers[i].node;
     const Value& in = g.value(producers[i].in_value);
@@ -158,8 +171,8 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
       L.op = SpatialOp::Conv;
       const bool tiled_shape = L.stride_h == 1 && L.kernel_h == L.kernel_w &&
                                (L.kernel_h == 2 || L.kernel_h == 3 || L.kernel_h == 5);
-      L.ocb = choose_ocb(L.out.channels, tiled_shape);
-      L.variant = conv_variant(tiled_shape, L.kernel_h, L.ocb);
+      L.ocb = choose_ocb(L.out.channels, tiled_shape, image);
+      L.variant = conv_variant(tiled_shape, L.kernel_h, L.ocb, image);
       L.oc_padded = round_up(L.out.channels, L.ocb);
       const int C = L.in.channels, KH = L.kernel_h, KW = L.kernel_w, OC = L.out.channels;
       const int64_t count = int64_t(L.oc_padded) * C * KH * KW;
@@ -222,16 +235,16 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
 
   // Buffers: tensor 0 is the input, tensor i + 1 layer i's output; even tensors share region A,
   // odd ones region B (a layer reads one region and writes the other).
-  const Value& input = g.value(plan.conv_input_value);
+  const Value& input = g.value(g.input);
   for (int64_t d : input.shape)
     if (d > kMaxSmemDim) throw NotFused{fmt::format("the input dimension {} is too large", d)};
   std::vector<SmemTensor> tensors;
   tensors.push_back(layout_for(int(input.shape.at(0)), int(input.shape.at(1)), int(input.shape.at(2)),
-                               p.layer_count > 0 ? &p.layers[0] : nullptr));
+                               p.layer_count > 0 ? &p.layers[0] : nullptr, rows_per_thread));
   for (int i = 0; i < p.layer_count; ++i) {
     const SpatialLayer& L = p.layers[i];
     tensors.push_back(layout_for(L.out.channels, L.out.height, L.out.width,
-                                 i + 1 < p.layer_count ? &p.layers[i + 1] : nullptr));
+                                 i + 1 < p.layer_count ? &p.layers[i + 1] : nullptr, rows_per_thread));
   }
   int64_t region[2] = {0, 0};
   for (size_t i = 0; i < tensors.size(); ++i) region[i % 2] = std::max<int64_t>(region[i % 2], tensors[i].image);
@@ -239,7 +252,7 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
   const int64_t weights_bytes = int64_t(p.weight_floats) * 4;
   // Two blocks per SM when they fit (one block's barriers then overlap the other's work), else one.
   const int64_t limit = dev.shared_optin_bytes;
-  int64_t T = (limit / 2 - 1024 - weights_bytes) / (per_image * 4);
+  int64_t T = image ? 1 : (limit / 2 - 1024 - weights_bytes) / (per_image * 4);
   if (T < 1) T = (limit - weights_bytes) / (per_image * 4);
   if (T < 1)
     throw NotFused{fmt::format("one image's activations ({} KiB) and the conv weights ({} KiB) exceed the {} KiB "
@@ -261,16 +274,17 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
   const SmemTensor& last = tensors.back();
   p.output_elements = last.channels * last.height * last.width;
 
-  plan.summary.push_back(fmt::format(
+  if (image) return;  // plan_image states the image chain
+  summary.push_back(fmt::format(
       "fused conv chain: 1 kernel, {} image(s) per block, {} threads, {:.1f} KiB shared memory per block ({:.1f} KiB "
       "conv weights staged once per block)",
       p.tile_images, kConvThreads, double(p.smem_floats) * 4 / 1024, double(weights_bytes) / 1024));
-  if (p.input_epilogue.count) plan.summary.push_back("  input" + epilogue_text(p.input_epilogue));
+  if (p.input_epilogue.count) summary.push_back("  input" + epilogue_text(p.input_epilogue));
   for (int i = 0; i < p.layer_count; ++i) {
     const SpatialLayer& L = p.layers[i];
     const std::string& name = names[size_t(i)];
     if (L.op == SpatialOp::Conv)
-      plan.summary.push_back(fmt::format(
+      summary.push_back(fmt::format(
           "  '{}': conv2d {}x{}{}, {} -> {} channels, {} ({} output channels x {} rows per thread){}{}{}", name,
           L.kernel_h, L.kernel_w, L.stride_h == 1 && L.stride_w == 1 ? "" : " strided", L.in.channels, L.out.channels,
           is_tiled(L.variant) ? "register-tiled" : "generic", L.ocb, is_tiled(L.variant) ? kConvRowsPerThread : 1,
@@ -278,7 +292,7 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
           L.pool == SpatialOp::Conv ? "" : (L.pool == SpatialOp::MaxPool ? " + maxpool 2x2 in registers" : " + avgpool 2x2 in registers"),
           epilogue_text(L.pool_epilogue)));
     else
-      plan.summary.push_back(fmt::format("  '{}': {} {}x{}{}", name, L.op == SpatialOp::MaxPool ? "maxpool" : "avgpool",
+      summary.push_back(fmt::format("  '{}': {} {}x{}{}", name, L.op == SpatialOp::MaxPool ? "maxpool" : "avgpool",
                                          L.kernel_h, L.kernel_w, epilogue_text(L.epilogue)));
   }
 }
@@ -359,6 +373,54 @@ void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, con
   if (p.softmax) plan.summary.push_back("  softmax");
 }
 
+// The image chain (image_chain.cu) for small batches: the conv part in the image style, the dense
+// layers of the tiled plan (same packed weights) with one image's buffers, two weight slices and
+// the running sums after them. Throws NotFused with the reason when the model does not fit.
+void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dense, const DeviceShape& dev,
+                FusedPlan& plan) {
+  ImageChainParams& p = plan.image;
+  std::vector<std::string> unused;
+  int64_t base = 0;
+  if (plan.has_conv) {
+    p.has_conv = 1;
+    plan_spatial(g, chain, first_dense, dev, true, p.conv, plan.image_conv_weights, unused);
+    base = p.conv.smem_floats;
+  }
+  if (plan.has_dense) {
+    p.has_dense = 1;
+    p.dense = plan.dense;
+    DenseChainParams& d = p.dense;
+    d.tile_images = 1;
+    int64_t widest[2] = {0, 0};
+    for (int l = 0; l < d.layer_count; ++l) {
+      widest[l % 2] = std::max<int64_t>(widest[l % 2], d.layers[l].in_pitch);
+      widest[(l + 1) % 2] = std::max<int64_t>(widest[(l + 1) % 2], d.layers[l].out_pitch);
+    }
+    for (int l = 0; l < d.layer_count; ++l) {
+      DenseLayer& L = d.layers[l];
+      L.slice_rows = std::min(L.in_padded, kImageSliceFloats / L.units_padded);
+      if (L.slice_rows < 1)
+        throw NotFused{fmt::format("dense layer {} has {} units, more than one staged weight slice holds ({})", l,
+                                   L.units, kImageSliceFloats)};
+      L.in_off = int(base + (l % 2 == 0 ? 0 : widest[0]));
+      L.out_off = int(base + (l % 2 == 0 ? widest[0] : 0));
+    }
+    base += widest[0] + widest[1];
+    p.slice_off[0] = int(base);
+    p.slice_off[1] = int(base + kImageSliceFloats);
+    p.acc_off = int(base + 2 * kImageSliceFloats);
+    int64_t widest_units = 0;
+    for (int l = 0; l < d.layer_count; ++l) widest_units = std::max<int64_t>(widest_units, d.layers[l].units_padded);
+    base = p.acc_off + widest_units;
+  }
+  if (base * 4 > dev.shared_optin_bytes)
+    throw NotFused{fmt::format("one image's buffers and weights ({} KiB) exceed the {} KiB of shared memory a block "
+                               "may use",
+                               base * 4 / 1024, dev.shared_optin_bytes / 1024)};
+  p.smem_floats = int(base);
+  plan.has_image = true;
+}
+
 }  // namespace
 
 std::variant<FusedPlan, std::string> plan_fused(const Graph& g, const DeviceShape& dev) {
@@ -406,7 +468,7 @@ std::variant<FusedPlan, std::string> plan_fused(const Graph& g, const DeviceShap
       plan.has_conv = true;
       plan.conv_input_value = g.input;
       plan.conv_output_value = first_dense < chain.size() ? g.nodes[size_t(chain[first_dense])].inputs[0] : g.outputs[0];
-      plan_spatial(g, chain, first_dense, dev, plan);
+      plan_spatial(g, chain, first_dense, dev, false, plan.conv, plan.conv_weights, plan.summary);
       FusionGroup group{{}, "fused conv chain"};
       for (size_t i = 0; i < first_dense; ++i) group.nodes.push_back(chain[i]);
       plan.groups.push_back(std::move(group));
@@ -420,6 +482,22 @@ std::variant<FusedPlan, std::string> plan_fused(const Graph& g, const DeviceShap
       FusionGroup group{{}, "fused dense chain"};
       for (size_t i = dense_begin; i < chain.size(); ++i) group.nodes.push_back(chain[i]);
       plan.groups.push_back(std::move(group));
+    }
+    // A conv chain and a dense chain run as one group: the image chain writes an image's outputs
+    // while other blocks still read their inputs, so the output must never share the input's arena
+    // block, which two groups in a row would allow. The tiled kernels' hand-off between the two
+    // chains then lives in the executable's own buffer, not in the arena.
+    if (plan.has_conv && plan.has_dense) {
+      FusionGroup whole{plan.groups[0].nodes, "fused chain (conv chain + dense chain)"};
+      whole.nodes.insert(whole.nodes.end(), plan.groups[1].nodes.begin(), plan.groups[1].nodes.end());
+      plan.groups = {std::move(whole)};
+      plan.handoff_floats = g.value(plan.conv_output_value).elements;
+    }
+    try {
+      plan_image(g, chain, first_dense, dev, plan);
+    } catch (const NotFused& e) {
+      plan.has_image = false;
+      plan.image_why = e.why;
     }
     return plan;
   } catch (const NotFused& e) {

@@ -38,7 +38,15 @@ struct FusedPlan {
   DenseChainParams dense{};
   std::vector<DenseWeights> dense_weights;  // per dense layer; device pointers set at upload
   int dense_input_value = -1, dense_output_value = -1;
+  // Both chains: floats per sample the conv chain hands to the dense chain through the executable's
+  // own buffer (the two run as one fusion group, so the value has no arena block); 0 otherwise.
+  int64_t handoff_floats = 0;
   std::vector<std::string> summary;  // one line per kernel: what it runs, tile, shared memory
+  // The image chain for small batches (same bits as the two kernels above), when the model fits.
+  bool has_image = false;
+  ImageChainParams image{};
+  std::vector<float> image_conv_weights;  // the conv weights packed for kImageOcb
+  std::string image_why;                  // why there is no image chain
 };
 
 // The fused plan, or the reason the graph does not qualify (one line, names the node).
