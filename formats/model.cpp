@@ -32,7 +32,7 @@ std::string shape_to_string(const Shape& shape) {
 }
 
 namespace {
-constexpr std::array<std::pair<OpType, const char*>, 10> kOpNames{{
+constexpr std::array<std::pair<OpType, const char*>, 12> kOpNames{{
     {OpType::Conv2D, "conv2d"},
     {OpType::AvgPool, "avgpool"},
     {OpType::MaxPool, "maxpool"},
@@ -43,6 +43,8 @@ constexpr std::array<std::pair<OpType, const char*>, 10> kOpNames{{
     {OpType::Dense, "dense"},
     {OpType::Softmax, "softmax"},
     {OpType::Add, "add"},
+    {OpType::ScaleShift, "scale_shift"},
+    {OpType::Concat, "concat"},
 }};
 }  // namespace
 

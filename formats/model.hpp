@@ -18,7 +18,7 @@ int64_t element_count(const Shape& shape);  // product; shapes in a Model never 
 std::optional<int64_t> checked_element_count(const Shape& shape);
 std::string shape_to_string(const Shape& shape);  // "[6, 28, 28]"
 
-enum class OpType { Conv2D, AvgPool, MaxPool, Relu, Tanh, Sigmoid, Flatten, Dense, Softmax, Add };
+enum class OpType { Conv2D, AvgPool, MaxPool, Relu, Tanh, Sigmoid, Flatten, Dense, Softmax, Add, ScaleShift, Concat };
 
 const char* op_name(OpType op);                         // "conv2d", ...
 std::optional<OpType> op_from_name(const std::string&);  // nullopt when unknown
@@ -45,7 +45,10 @@ struct Node {
   int out_channels = 0;            // conv2d
   bool count_include_pad = true;   // avgpool
   int units = 0;                   // dense
-  // conv2d and dense: parameters (weight required, bias optional)
+  // conv2d and dense: parameters (weight required, bias optional). scale_shift keeps its 'scale'
+  // tensor in `weight` and its 'shift' tensor in `bias` (both required): every place that walks a
+  // node's parameters (loader, parameter counts, uploads) then sees them without a third pair of
+  // fields.
   std::optional<Tensor> weight;
   std::optional<Tensor> bias;
   Shape output_shape;  // filled in by the loader's shape propagation

@@ -16,13 +16,28 @@ namespace {
   throw FormatError(origin, problem);
 }
 
-int op_arity(OpType op) { return op == OpType::Add ? 2 : 1; }
+// Inputs an op takes; concat takes kMinConcatInputs..kMaxConcatInputs (0 here: checked apart).
+int op_arity(OpType op) {
+  if (op == OpType::Concat) return 0;
+  return op == OpType::Add ? 2 : 1;
+}
+
+// A concat joins at least two values; the upper bound only keeps a small file from asking for
+// millions of copies (the node limit bounds everything else the same way).
+constexpr size_t kMinConcatInputs = 2;
+constexpr size_t kMaxConcatInputs = kMaxNodes;
 
 bool has_window(OpType op) {
   return op == OpType::Conv2D || op == OpType::AvgPool || op == OpType::MaxPool;
 }
 
-bool has_parameters(OpType op) { return op == OpType::Conv2D || op == OpType::Dense; }
+bool has_parameters(OpType op) {
+  return op == OpType::Conv2D || op == OpType::Dense || op == OpType::ScaleShift;
+}
+
+// The file's role names: scale_shift keeps 'scale' in Node::weight and 'shift' in Node::bias.
+const char* weight_role(OpType op) { return op == OpType::ScaleShift ? "scale" : "weight"; }
+const char* bias_role(OpType op) { return op == OpType::ScaleShift ? "shift" : "bias"; }
 
 std::string pair_text(int a, int b) { return std::to_string(a) + "×" + std::to_string(b); }
 
@@ -153,6 +168,32 @@ Shape output_shape(const Node& node, const std::vector<Shape>& inputs,
       expect_rank(node, in, 1, "[K]", in.size() > 1 ? " (add a flatten node before it)" : "",
                   origin);
       return in;
+    case OpType::ScaleShift: {
+      // One scale and one shift per channel: dim 0 of the per-sample shape ([C, H, W], or the
+      // features of a [F] value).
+      const std::string why = " (one per channel: input '" + node.inputs[0] + "' has shape " +
+                              shape_to_string(in) + ", channels are its first dimension)";
+      expect_tensor_shape(node, "scale", *node.weight, Shape{in[0]}, why, origin);
+      expect_tensor_shape(node, "shift", *node.bias, Shape{in[0]}, why, origin);
+      return in;
+    }
+    case OpType::Concat: {
+      // Along dim 0 (channels of [C, H, W], features of [F]); every other dimension must agree.
+      Shape out = in;
+      for (size_t i = 1; i < inputs.size(); ++i) {
+        const Shape& other = inputs[i];
+        bool same_rest = other.size() == in.size();
+        for (size_t d = 1; same_rest && d < in.size(); ++d) same_rest = other[d] == in[d];
+        if (!same_rest) {
+          fail(origin, node_label(node) + ": concat joins along the first (channel) dimension, so "
+                           "every other dimension must be equal, but '" + node.inputs[0] +
+                           "' is " + shape_to_string(in) + " and '" + node.inputs[i] + "' is " +
+                           shape_to_string(other));
+        }
+        out[0] += other[0];  // each term is below 2^31 and there are at most 4096
+      }
+      return out;
+    }
     case OpType::Add:
       if (inputs[0] != inputs[1]) {
         fail(origin, node_label(node) + ": add needs inputs of equal shape, but '" +
@@ -171,10 +212,20 @@ void check_parameters(const Node& node, const std::string& origin) {
     }
     return;
   }
-  if (!node.weight) fail(origin, node_label(node) + ": " + op_name(node.op) + " needs a weight");
-  check_tensor_values(node, "weight", *node.weight, origin);
+  const char* weight = weight_role(node.op);
+  const char* bias = bias_role(node.op);
+  if (!node.weight) {
+    fail(origin, node_label(node) + ": " + op_name(node.op) + " needs a " + weight + " tensor");
+  }
+  check_tensor_values(node, weight, *node.weight, origin);
+  if (node.op == OpType::ScaleShift) {
+    // Both tensors are required; their shapes depend on the input and are checked with it.
+    if (!node.bias) fail(origin, node_label(node) + ": scale_shift needs a shift tensor");
+    check_tensor_values(node, bias, *node.bias, origin);
+    return;
+  }
   if (node.bias) {
-    check_tensor_values(node, "bias", *node.bias, origin);
+    check_tensor_values(node, bias, *node.bias, origin);
     const int64_t out = node.op == OpType::Conv2D ? node.out_channels : node.units;
     expect_tensor_shape(node, "bias", *node.bias, Shape{out},
                         node.op == OpType::Conv2D ? " (out_channels " + std::to_string(out) + ")"
@@ -261,8 +312,15 @@ void check_input(InputSpec& input, const std::string& origin) {
 
 void check_node_attributes(const Node& node, const std::string& origin) {
   if (node.name.empty()) fail(origin, "a node has an empty name");
+  if (node.op == OpType::Concat) {
+    if (node.inputs.size() < kMinConcatInputs || node.inputs.size() > kMaxConcatInputs) {
+      fail(origin, node_label(node) + ": concat takes " + std::to_string(kMinConcatInputs) + " to " +
+                       std::to_string(kMaxConcatInputs) + " inputs, got " +
+                       std::to_string(node.inputs.size()));
+    }
+  }
   const size_t arity = static_cast<size_t>(op_arity(node.op));
-  if (node.inputs.size() != arity) {
+  if (node.op != OpType::Concat && node.inputs.size() != arity) {
     fail(origin, node_label(node) + ": " + op_name(node.op) + " takes " + std::to_string(arity) +
                      (arity == 1 ? " input" : " inputs") + ", got " +
                      std::to_string(node.inputs.size()));

@@ -229,6 +229,13 @@ TensorRoles parse_tensor_roles(const Json* value, const Node& node, const std::s
     if (const Json* bias = tensors.find("bias")) {
       roles.emplace_back("bias", Field(tensors, *bias, "bias").string());
     }
+  } else if (node.op == OpType::ScaleShift) {
+    tensors.allow({"scale", "shift"}, "tensor role");
+    for (const char* role : {"scale", "shift"}) {
+      const Json* name = tensors.find(role);
+      if (!name) tensors.fail(std::string("scale_shift needs a '") + role + "' tensor");
+      roles.emplace_back(role, Field(tensors, *name, role).string());
+    }
   } else {
     tensors.allow({}, "tensor role", std::string(op_name(node.op)) + " has no tensors");
   }
@@ -257,7 +264,7 @@ Node parse_node(const Json& value, size_t position, const std::string& file, Ten
   const std::optional<OpType> type = op_from_name(op);
   if (!type) {
     named.fail("unknown op '" + op + "' (expected one of: conv2d, avgpool, maxpool, relu, tanh, "
-               "sigmoid, flatten, dense, softmax, add)");
+               "sigmoid, flatten, dense, softmax, add, scale_shift, concat)");
   }
   node.op = *type;
   node.inputs = Field(named, named.require("inputs"), "inputs").strings();
@@ -398,6 +405,14 @@ void check_tensor_against_attributes(const Node& node, const std::string& role,
                                      const SafetensorsTensor& tensor, const std::string& file) {
   const Shape& s = tensor.shape;
   const std::string label = node_label(node) + ": " + role + " tensor '" + tensor.name + "'";
+  if (node.op == OpType::ScaleShift) {
+    // One value per channel; the channel count comes from the input (checked with the shapes).
+    if (s.size() != 1) {
+      throw FormatError(file, label + " has shape " + shape_to_string(s) +
+                                  ", expected [<input channels>] (one value per channel)");
+    }
+    return;
+  }
   const bool conv = node.op == OpType::Conv2D;
   const int64_t out = conv ? node.out_channels : node.units;
   const std::string attrs = conv ? "out_channels " + std::to_string(out) + ", kernel " +
@@ -451,7 +466,8 @@ void attach_tensors(ParsedGraph& graph, const std::vector<size_t>& order,
       }
       check_tensor_against_attributes(node, role, *tensor, file);
       Tensor values{name, tensor->shape, weights.to_floats(*tensor)};
-      (role == "weight" ? node.weight : node.bias) = std::move(values);
+      // scale_shift's 'scale' lives in Node::weight and its 'shift' in Node::bias (model.hpp).
+      (role == "weight" || role == "scale" ? node.weight : node.bias) = std::move(values);
     }
   }
   for (const SafetensorsTensor& tensor : weights.tensors) {

@@ -250,6 +250,11 @@ class JaxModel:
                 y = self.jax.nn.softmax(v, axis=1)
             elif op == "add":
                 y = v + values[n["inputs"][1]]
+            elif op == "scale_shift":
+                view = (1, -1) + (1,) * (v.ndim - 2)
+                y = v * params[roles["scale"]].reshape(view) + params[roles["shift"]].reshape(view)
+            elif op == "concat":
+                y = jnp.concatenate([values[i] for i in n["inputs"]], axis=1)
             else:  # pragma: no cover - mf.OPS and this chain are kept in step
                 raise AssertionError(op)
             values[n["name"]] = y

@@ -12,12 +12,14 @@ Kinds:
 - Keras 3 (JAX backend, CPU) `.keras` zips and `.h5` files from `model.save`: Sequential and
   Functional, BatchNormalization after Conv2D, Dense and pooling, Dropout, Activation layers,
   Rescaling of raw pixels inside the model, a flat 784 input reshaped to 28x28x1, a 28x28 input
-  without a channel axis, parallel branches joined by Add; several models built in one process so
-  the config's names (conv2d_7) differ from the weight paths (layers/conv2d); an optimizer group.
-  A Concatenate model is kept as a file the importer must refuse by name (format v1 has no concat).
+  without a channel axis, parallel branches joined by Add and by Concatenate (a concat node);
+  BatchNormalization that no linear layer can take (as the first layer, after pooling, before a
+  'same' Conv2D: a scale_shift node); several models built in one process so the config's names
+  (conv2d_7) differ from the weight paths (layers/conv2d); an optimizer group.
 - ONNX from torch.onnx.export (PyTorch from Debian): opsets 9, 11, 13, 17, dynamic batch and a
   fixed batch of 1, x.view(x.size(0), -1) shape arithmetic, BatchNorm1d after Linear (a
-  BatchNormalization node), sigmoid outputs, logits outputs.
+  BatchNormalization node), sigmoid outputs, logits outputs, torch.cat branches along channels (a
+  Concat node) with BatchNorm2d after pooling (a BatchNormalization node: scale_shift).
 - Channels-last ONNX as tf2onnx and keras2onnx write it, built with onnx.helper from a trained
   Keras model's weights ([N, 28, 28, 1] and [1, 28, 28] inputs, Transpose around the convolutions,
   Shape/Gather/Unsqueeze/Concat arithmetic for the Reshape, MatMul + Add), and CNTK-style ONNX
@@ -123,15 +125,14 @@ def keras_models(keras):
     out.append(("k3_func_gap", keras.Model(i, y), "scaled"))
 
     # BN after an activation, before a 'same'-padded Conv2D: no linear layer can take its scale and
-    # shift exactly (the padding would see shifted zeros); refused by name until format v1 gains a
-    # per-channel scale-and-shift op.
+    # shift exactly (the padding would see shifted zeros): a scale_shift node.
     m = keras.Sequential([
         keras.Input((28, 28, 1)), L.Conv2D(8, 3, activation="relu"), L.BatchNormalization(),
         L.Conv2D(8, 3, padding="same", activation="relu"), L.MaxPooling2D(2), L.Flatten(),
         L.Dense(10, activation="softmax")])
     out.append(("k3_bn_before_same_conv", m, "scaled"))
 
-    # Parallel branches joined by Concatenate: the importer must refuse it, naming the layer.
+    # Parallel branches joined by Concatenate (channels): a concat node.
     i = keras.Input((28, 28, 1))
     a = L.Conv2D(4, 3, padding="same", activation="relu")(i)
     b = L.Conv2D(4, 5, padding="same", activation="relu")(i)
@@ -140,7 +141,33 @@ def keras_models(keras):
     x = L.Flatten()(x)
     y = L.Dense(10, activation="softmax")(x)
     out.append(("k3_func_concat", keras.Model(i, y), "scaled"))
+
+    # BN as the first layer (before a 'same' Conv2D: scale_shift on the input; the 1x1 branch takes
+    # it into its kernel), two conv branches concatenated, BN after pooling before a 'same' Conv2D
+    # (scale_shift), Concatenate with an explicit axis=-1 (Keras' channels-last channel axis).
+    i = keras.Input((28, 28, 1))
+    x = L.BatchNormalization()(i)
+    a = L.Conv2D(6, 3, padding="same", activation="relu")(x)
+    b = L.Conv2D(4, 1, activation="relu")(x)
+    x = L.Concatenate(axis=-1)([a, b])
+    x = L.MaxPooling2D(2)(x)
+    x = L.BatchNormalization()(x)
+    x = L.Conv2D(8, 3, padding="same", activation="relu")(x)
+    x = L.MaxPooling2D(2)(x)
+    x = L.Flatten()(x)
+    y = L.Dense(10, activation="softmax")(x)
+    out.append(("k3_func_bn_first_concat_bn_pool", keras.Model(i, y), "scaled"))
     return out
+
+
+# Ops the export of these files must contain: the kinds that exercise scale_shift and concat.
+EXPECT_OPS = {
+    "k3_bn_before_same_conv": ["scale_shift"],
+    "k3_func_concat": ["concat"],
+    "k3_func_bn_first_concat_bn_pool": ["scale_shift", "concat"],
+    "torch_concat_bn_opset13_dynamic.onnx": ["scale_shift", "concat"],
+    "torch_concat_bn_opset11_batch1.onnx": ["scale_shift", "concat"],
+}
 
 
 def keras_input(model, kind, images):
@@ -173,10 +200,8 @@ def make_keras(out_dir: pathlib.Path, tr_x, tr_y, te_x, manifest: list, trained:
             np.save(out_dir / f"{f.name}.ref.npy", ref)
             entry = {"file": f.name, "kind": "keras", "args": [], "framework": f"Keras {keras.__version__} (jax)",
                      "input": kind}
-            if name == "k3_func_concat":
-                entry["expect_error"] = "layer 'concatenate"
-            if name == "k3_bn_before_same_conv":
-                entry["expect_error"] = "cannot take the scale and shift of layer 'batch_normalization"
+            if name in EXPECT_OPS:
+                entry["expect_ops"] = EXPECT_OPS[name]
             manifest.append(entry)
 
 
@@ -310,16 +335,21 @@ def torch_models():
             return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
     class CatNet(nn.Module):
-        """Two branches joined by torch.cat along channels: refused (format v1 has no concat)."""
+        """Two branches joined by torch.cat along channels (a Concat node), max pooling, then
+        BatchNorm2d (a BatchNormalization node no Conv precedes: scale_shift), a padded conv."""
 
         def __init__(self):
             super().__init__()
-            self.a, self.b = nn.Conv2d(1, 4, 3, padding=1), nn.Conv2d(1, 4, 5, padding=2)
+            self.a, self.b = nn.Conv2d(1, 4, 3, padding=1), nn.Conv2d(1, 3, 5, padding=2)
+            self.bn = nn.BatchNorm2d(7)
+            self.c = nn.Conv2d(7, 8, 3, padding=1)
             self.fc = nn.Linear(8 * 7 * 7, 10)
 
         def forward(self, x):
             x = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], 1)
-            return self.fc(torch.flatten(torch.max_pool2d(x, 4), 1))
+            x = self.bn(torch.max_pool2d(x, 2))
+            x = torch.max_pool2d(torch.relu(self.c(x)), 2)
+            return self.fc(torch.flatten(x, 1))
 
     cntk = nn.Sequential(nn.Conv2d(1, 8, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3), nn.ReLU(),
                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 6 * 6, 10))
@@ -365,17 +395,20 @@ def make_onnx(out_dir: pathlib.Path, tr_x, tr_y, te_x, manifest: list, trained: 
                 np.save(out_dir / f"{name}.ref.npy", ref)
                 manifest.append({"file": name, "kind": "onnx", "args": [], "input": "scaled",
                                  "framework": f"PyTorch {torch.__version__}"})
-    for module, name, err in ((gap, "torch_gap_opset13_dynamic.onnx", None),
-                              (cat, "torch_concat_opset13_dynamic.onnx", "format v1 has no concat op")):
+    for module, name, opset, dynamic in ((gap, "torch_gap_opset13_dynamic.onnx", 13, True),
+                                         (cat, "torch_concat_bn_opset13_dynamic.onnx", 13, True),
+                                         (cat, "torch_concat_bn_opset11_batch1.onnx", 11, False)):
         with torch.no_grad():
             ref = module(x_te).numpy().astype(np.float32)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(module, torch.zeros(1, 1, 28, 28), str(out_dir / name), opset_version=13,
-                              input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+            torch.onnx.export(module, torch.zeros(1, 1, 28, 28), str(out_dir / name), opset_version=opset,
+                              input_names=["x"], output_names=["y"],
+                              dynamic_axes={"x": {0: "N"}, "y": {0: "N"}} if dynamic else None)
         np.save(out_dir / f"{name}.ref.npy", ref)
         manifest.append({"file": name, "kind": "onnx", "args": [], "input": "scaled",
-                         "framework": f"PyTorch {torch.__version__}"} | ({"expect_error": err} if err else {}))
+                         "framework": f"PyTorch {torch.__version__}"} |
+                        ({"expect_ops": EXPECT_OPS[name]} if name in EXPECT_OPS else {}))
     with torch.no_grad():
         ref = cntk(x_te).numpy().astype(np.float32)
     onnx.save(cntk_like(cntk), out_dir / "cntk_style_batch1.onnx")
@@ -407,7 +440,8 @@ def make_onnx(out_dir: pathlib.Path, tr_x, tr_y, te_x, manifest: list, trained: 
 def entry_files() -> list[str]:
     """The model files main() writes, in manifest order (tests parametrize over these)."""
     names = [f"{n}.{ext}" for n in ("k3_seq_bn_rescaling", "k3_seq_flat784_logits", "k3_func_28x28_add_sigmoid",
-                                     "k3_mlp_bn", "k3_func_gap", "k3_bn_before_same_conv", "k3_func_concat")
+                                     "k3_mlp_bn", "k3_func_gap", "k3_bn_before_same_conv", "k3_func_concat",
+                                     "k3_func_bn_first_concat_bn_pool")
              for ext in ("keras", "h5")]
     for tag in ("logits", "sigmoid"):
         for opset in (9, 11, 13, 17):
@@ -415,7 +449,9 @@ def entry_files() -> list[str]:
                 if tag == "sigmoid" and opset not in (11, 17):
                     continue
                 names.append(f"torch_{tag}_opset{opset}_{'dynamic' if dynamic else 'batch1'}.onnx")
-    return names + ["torch_gap_opset13_dynamic.onnx", "torch_concat_opset13_dynamic.onnx", "cntk_style_batch1.onnx", "tf2onnx_style_nhwc.onnx", "keras2onnx_style_28x28_batch1.onnx"]
+    return names + ["torch_gap_opset13_dynamic.onnx", "torch_concat_bn_opset13_dynamic.onnx",
+                    "torch_concat_bn_opset11_batch1.onnx", "cntk_style_batch1.onnx", "tf2onnx_style_nhwc.onnx",
+                    "keras2onnx_style_28x28_batch1.onnx"]
 
 
 def main(argv=None) -> int:

@@ -82,7 +82,7 @@ class CpuBackend : public Backend {
     switch (node.op) {
       case OpType::Conv2D: case OpType::AvgPool: case OpType::MaxPool: case OpType::Relu:
       case OpType::Tanh: case OpType::Sigmoid: case OpType::Flatten: case OpType::Dense:
-      case OpType::Softmax: case OpType::Add:
+      case OpType::Softmax: case OpType::Add: case OpType::ScaleShift: case OpType::Concat:
         return std::nullopt;
     }
     return "op not implemented by the cpu backend";

@@ -100,6 +100,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   std::vector<bool> fused(graph_.nodes.size(), false);
   struct Ids {
     int in0 = -1, in1 = -1, out = -1;
+    int64_t out_shift = 0;  // floats per image from the output value's start (a concat input's slice)
   };
   std::vector<Ids> ids;
   auto root = [&](int id) { return graph_.values[size_t(id)].alias_of >= 0 ? graph_.values[size_t(id)].alias_of : id; };
@@ -180,6 +181,29 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
         break;
       case OpType::Softmax: s.op = KOp::Softmax; break;
       case OpType::Add: s.op = KOp::Add; break;
+      case OpType::ScaleShift:
+        if (!node.weight || !node.bias)
+          throw std::invalid_argument(fmt::format("cpu: node '{}' (scale_shift) needs scale and shift", node.name));
+        s.op = KOp::ScaleShift;
+        s.c_in = int(in.shape.at(0));
+        s.elements = in.elements / s.c_in;
+        s.weight = node.weight->values.data();
+        s.bias = node.bias->values.data();
+        break;
+      case OpType::Concat: {
+        // One Copy step per input, each into its slice of the output (the slices follow the inputs'
+        // order along the first dimension, which per image is contiguous).
+        int64_t shift = 0;
+        for (int input : planned.inputs) {
+          KStep copy;
+          copy.op = KOp::Copy;
+          copy.elements = graph_.values[size_t(input)].elements;
+          ids.push_back(Ids{root(input), -1, root(planned.output), shift});
+          steps_.push_back(copy);
+          shift += copy.elements;
+        }
+        continue;
+      }
       case OpType::Flatten: break;
     }
     if (s.op == KOp::Conv || s.op == KOp::Dense) {
@@ -203,10 +227,16 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   const int end = int(steps_.size());
   const int input_root = root(graph_.input);
   lives[size_t(input_root)] = Life{graph_.values[size_t(input_root)].elements, -1, -1};
+  // A value is live from the first step that writes it (a concat's output: its first Copy) to its
+  // last reader.
+  std::vector<bool> written(graph_.values.size(), false);
   for (int i = 0; i < end; ++i) {
-    Life& out = lives[size_t(ids[size_t(i)].out)];
-    out.size = graph_.values[size_t(ids[size_t(i)].out)].elements;
-    out.first = out.last = i;
+    const int id = ids[size_t(i)].out;
+    Life& out = lives[size_t(id)];
+    out.size = graph_.values[size_t(id)].elements;
+    if (!written[size_t(id)]) out.first = i;
+    written[size_t(id)] = true;
+    out.last = i;
   }
   for (int i = 0; i < end; ++i)
     for (int in : {ids[size_t(i)].in0, ids[size_t(i)].in1})
@@ -217,7 +247,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     KStep& s = steps_[size_t(i)];
     s.in0 = lives[size_t(ids[size_t(i)].in0)].offset;
     if (ids[size_t(i)].in1 >= 0) s.in1 = lives[size_t(ids[size_t(i)].in1)].offset;
-    s.out = lives[size_t(ids[size_t(i)].out)].offset;
+    s.out = lives[size_t(ids[size_t(i)].out)].offset + ids[size_t(i)].out_shift;
   }
   input_offset_ = lives[size_t(input_root)].offset;
   program_ = Program{steps_.data(), int(steps_.size()), arena_floats_};

@@ -521,6 +521,30 @@ struct K {
     act_inplace(s.act, y, n);
   }
 
+  // Two roundings per element (multiply, then add; no FMA: -ffp-contract=off), the same in either
+  // layout, so lanes and single images agree bit for bit.
+  static void scale_shift(const KStep& s, float* arena, int64_t L) {
+    const float* x = arena + s.in0 * L;
+    float* y = arena + s.out * L;
+    const int64_t n = s.elements * L;  // per channel
+    for (int64_t c = 0; c < s.c_in; ++c) {
+      const float scale = s.weight[c], shift = s.bias[c];
+      const float* xc = x + c * n;
+      float* yc = y + c * n;
+      for (int64_t i = 0; i < n; ++i) {
+        const float product = xc[i] * scale;
+        yc[i] = product + shift;
+      }
+    }
+    act_inplace(s.act, y, s.c_in * n);
+  }
+
+  // A value is contiguous per image ([elements] or [elements][L]), so a concat input's slice of
+  // the output is contiguous too.
+  static void copy(const KStep& s, float* arena, int64_t L) {
+    std::memcpy(arena + s.out * L, arena + s.in0 * L, size_t(s.elements * L) * sizeof(float));
+  }
+
   static void elementwise(const KStep& s, float* arena, int64_t L) {
     const float* x = arena + s.in0 * L;
     float* y = arena + s.out * L;
@@ -575,6 +599,8 @@ struct K {
         case KOp::Dense: dense_tile(s, arena); break;
         case KOp::Softmax: softmax_tile(s, arena); break;
         case KOp::Add: add(s, arena, W); break;
+        case KOp::ScaleShift: scale_shift(s, arena, W); break;
+        case KOp::Copy: copy(s, arena, W); break;
       }
     }
   }
@@ -590,6 +616,8 @@ struct K {
         case KOp::Dense: dense_single(s, arena); break;
         case KOp::Softmax: softmax_single(s, arena); break;
         case KOp::Add: add(s, arena, 1); break;
+        case KOp::ScaleShift: scale_shift(s, arena, 1); break;
+        case KOp::Copy: copy(s, arena, 1); break;
       }
     }
   }

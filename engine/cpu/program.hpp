@@ -6,7 +6,9 @@
 
 namespace engine::cpu {
 
-enum class KOp : int { Conv, AvgPool, MaxPool, Act, Dense, Softmax, Add };
+// Copy: `elements` floats per image from in0 to out (a concat is one Copy per input, each into its
+// slice of the output). ScaleShift: per channel, y = x * weight[c] + bias[c].
+enum class KOp : int { Conv, AvgPool, MaxPool, Act, Dense, Softmax, Add, ScaleShift, Copy };
 enum class KAct : int { None, Relu, Tanh, Sigmoid };
 
 // Dense weights are packed at compile time in blocks of kUnitBlock output units, k-major inside a
@@ -19,7 +21,9 @@ struct KStep {
   KAct act = KAct::None;  // applied to every element this step writes (fused or standalone)
   // Offsets of the input(s) and output in a single-sample arena, in floats (graph arena_offset).
   int64_t in0 = 0, in1 = 0, out = 0;
-  int64_t elements = 0;  // Act/Add/Softmax: elements per sample; Dense: input length k
+  // Act/Add/Softmax/Copy: elements per sample; Dense: input length k; ScaleShift: elements per
+  // channel (c_in channels).
+  int64_t elements = 0;
   // Conv and pools: [C, H, W] in and out, the window.
   int c_in = 0, h_in = 0, w_in = 0, c_out = 0, h_out = 0, w_out = 0;
   int kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pl = 0;
@@ -34,8 +38,8 @@ struct KStep {
   const float* weight_t = nullptr;
   int64_t c_out_padded = 0;
   int units = 0;               // Dense
-  const float* weight = nullptr;  // Conv: OIHW as in the model; Dense: packed (above)
-  const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null
+  const float* weight = nullptr;  // Conv: OIHW as in the model; Dense: packed (above); ScaleShift: scale
+  const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null; ScaleShift: shift
 };
 
 // uint8 input preprocessing (model-format-v1.md): (float(x) * scale - mean[c]) / std[c], rounded

@@ -47,7 +47,7 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   size_t workspace = 0;
   for (const auto& step : steps_) workspace = std::max(workspace, step->workspace_bytes());
   workspace_ = gpu::DeviceBuffer<unsigned char>(workspace, "cuDNN convolution workspace");
-  run_ctx_ = RunContext{cudnn_, cublas_, workspace_.data(), workspace_.bytes()};
+  run_ctx_ = RunContext{cudnn_, cublas_, workspace_.data(), workspace_.bytes(), stream()};
 
   summary_.push_back(fmt::format("cudnn: cuDNN {} (C API), cuBLAS {}, {} math, {}, max batch {}", cudnn_version(), cublas_version(),
                                  options_.precision == Precision::FP32 ? "fp32 (no TF32)" : "TF32 tensor-core",
@@ -185,6 +185,15 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
       case OpType::Add:
         steps_.push_back(make_add_step(ctx, node, in0.elements, x, value_ptr(planned.inputs.at(1)), y));
         break;
+      case OpType::ScaleShift:
+        steps_.push_back(make_scale_shift_step(ctx, node, in0.shape, x, y));
+        break;
+      case OpType::Concat: {
+        std::vector<ConcatInput> inputs;
+        for (int input : planned.inputs) inputs.push_back(ConcatInput{value_ptr(input), graph_.value(input).elements});
+        steps_.push_back(make_concat_step(ctx, node, std::move(inputs), graph_.value(planned.output).elements, y));
+        break;
+      }
       default:
         throw std::runtime_error(node_label(node) + ": op not implemented by the cudnn backend");
     }

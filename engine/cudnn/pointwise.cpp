@@ -2,12 +2,14 @@
 // is subtracted before exp, as model-format-v1 says) and add (cudnnOpTensor). Each sees a value as
 // [n, elements, 1, 1]: the per-sample shape does not matter to elementwise ops, and softmax runs over
 // all elements of a sample (CUDNN_SOFTMAX_MODE_INSTANCE). NaN propagates, so an element some earlier
-// step forgot to write still shows up in the output.
+// step forgot to write still shows up in the output. scale_shift (cudnnOpTensor MUL, then
+// cudnnAddTensor, per channel) and concat (cudaMemcpy2DAsync into each input's slice) live here too.
 #include <fmt/format.h>
 
 #include <stdexcept>
 
 #include "engine/cudnn/steps.hpp"
+#include "engine/gpu/cuda_check.hpp"
 
 namespace engine::cudnn {
 namespace {
@@ -126,7 +128,104 @@ class AddStep final : public Step {
   ChunkedRows descs_;
 };
 
+// y = x * scale[c] + shift[c]: cudnnOpTensor (MUL, the scale broadcast from [1, C, 1, 1]) writes
+// x * scale, then cudnnAddTensor adds the shift broadcast the same way. Two roundings per element,
+// as the cpu backend does it. x is seen as [n, C, inner, 1] (inner = H * W, or 1 for [F] values).
+class ScaleShiftStep final : public Step {
+ public:
+  ScaleShiftStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const float* x,
+                 float* y)
+      : Step(node_label(node)), x_(x), y_(y) {
+    if (input_shape.empty() || !node.weight || !node.bias)
+      throw std::logic_error(label_ + ": needs a value of rank >= 1 and scale and shift tensors");
+    channels_ = int(input_shape[0]);
+    inner_ = int(formats::element_count(input_shape) / input_shape[0]);
+    scale_ = upload(node.weight->values, label_ + " scale");
+    shift_ = upload(node.bias->values, label_ + " shift");
+    CUDNN_CHECK_CTX(cudnnSetOpTensorDescriptor(mul_, CUDNN_OP_TENSOR_MUL, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN),
+                    label_);
+    set_nchw(per_channel_, 1, channels_, 1, 1, label_);
+    set_batch(ctx.max_batch);
+  }
+  void set_batch(int n) override {
+    chunks_.set(n);
+    if (chunks_.has_full()) set_nchw(full_, kBatchChunk, channels_, inner_, 1, label_);
+    if (chunks_.tail() > 0) set_nchw(tail_, chunks_.tail(), channels_, inner_, 1, label_);
+  }
+  void enqueue(const RunContext& ctx) override {
+    const float one = 1.0f, zero = 0.0f;
+    const size_t per_sample = size_t(channels_) * size_t(inner_);
+    chunks_.for_each([&](size_t first, bool tail) {
+      const cudnnTensorDescriptor_t desc = tail ? tail_.get() : full_.get();
+      const float* x = x_ + first * per_sample;
+      float* y = y_ + first * per_sample;
+      CUDNN_CHECK_CTX(cudnnOpTensor(ctx.cudnn, mul_, &one, desc, x, &one, per_channel_, scale_.data(), &zero, desc, y),
+                      label_);
+      CUDNN_CHECK_CTX(cudnnAddTensor(ctx.cudnn, &one, per_channel_, shift_.data(), &one, desc, y), label_);
+    });
+  }
+  std::string summary() const override {
+    return fmt::format("{}: cudnnOpTensor CUDNN_OP_TENSOR_MUL by the scale, then cudnnAddTensor of the shift "
+                       "({} channels of {})",
+                       label_, channels_, inner_);
+  }
+
+ private:
+  const float* x_;
+  float* y_;
+  int channels_ = 0, inner_ = 0;
+  gpu::DeviceBuffer<float> scale_, shift_;
+  OpTensorDesc mul_;
+  TensorDesc per_channel_, full_, tail_;
+  BatchChunks chunks_;
+};
+
+// One cudaMemcpy2DAsync per input: rows are samples, an input's row (its per-sample elements) goes
+// to its slice of the output's row. No arithmetic, so the values are exactly the inputs'.
+class ConcatStep final : public Step {
+ public:
+  ConcatStep(const BuildContext& ctx, const formats::Node& node, std::vector<ConcatInput> inputs,
+             int64_t out_elements, float* y)
+      : Step(node_label(node)), inputs_(std::move(inputs)), out_elements_(out_elements), y_(y) {
+    int64_t total = 0;
+    for (const ConcatInput& in : inputs_) total += in.elements;
+    if (total != out_elements_)
+      throw std::logic_error(fmt::format("{}: inputs hold {} floats per sample, the output {}", label_, total,
+                                         out_elements_));
+    set_batch(ctx.max_batch);
+  }
+  void set_batch(int n) override { n_ = n; }
+  void enqueue(const RunContext& ctx) override {
+    int64_t offset = 0;
+    for (const ConcatInput& in : inputs_) {
+      CUDA_CHECK_CTX(cudaMemcpy2DAsync(y_ + offset, size_t(out_elements_) * sizeof(float), in.x,
+                                       size_t(in.elements) * sizeof(float), size_t(in.elements) * sizeof(float),
+                                       size_t(n_), cudaMemcpyDeviceToDevice, ctx.stream),
+                     label_);
+      offset += in.elements;
+    }
+  }
+  std::string summary() const override {
+    return fmt::format("{}: cudaMemcpy2DAsync x {} (each input into its channel slice)", label_, inputs_.size());
+  }
+
+ private:
+  std::vector<ConcatInput> inputs_;
+  int64_t out_elements_;
+  float* y_;
+  int n_ = 1;
+};
+
 }  // namespace
+
+std::unique_ptr<Step> make_scale_shift_step(const BuildContext& ctx, const formats::Node& node,
+                                            const Shape& input_shape, const float* x, float* y) {
+  return std::make_unique<ScaleShiftStep>(ctx, node, input_shape, x, y);
+}
+std::unique_ptr<Step> make_concat_step(const BuildContext& ctx, const formats::Node& node,
+                                       std::vector<ConcatInput> inputs, int64_t out_elements, float* y) {
+  return std::make_unique<ConcatStep>(ctx, node, std::move(inputs), out_elements, y);
+}
 
 std::unique_ptr<Step> make_activation_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
                                            const float* x, float* y) {

@@ -4,6 +4,7 @@
 // At run time it only updates host-side descriptors when the batch size changes (set_batch) and
 // enqueues library calls on the executable's stream (enqueue): no allocation, no synchronisation.
 #include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 #include <cudnn.h>
 
 #include <cstddef>
@@ -33,6 +34,7 @@ struct RunContext {
   cublasHandle_t cublas = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;  // the handles' stream, for the few plain CUDA copies (concat)
 };
 
 class Step {
@@ -126,6 +128,17 @@ std::unique_ptr<Step> make_softmax_step(const BuildContext& ctx, const formats::
                                         const float* x, float* y);
 std::unique_ptr<Step> make_add_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
                                     const float* a, const float* b, float* y);
+
+// y = x * scale[c] + shift[c] per channel (scale_shift; channels = the first per-sample dimension).
+std::unique_ptr<Step> make_scale_shift_step(const BuildContext& ctx, const formats::Node& node,
+                                            const Shape& input_shape, const float* x, float* y);
+// Each input (device pointer, per-sample elements) copied into its slice of every output sample.
+struct ConcatInput {
+  const float* x = nullptr;
+  int64_t elements = 0;
+};
+std::unique_ptr<Step> make_concat_step(const BuildContext& ctx, const formats::Node& node,
+                                       std::vector<ConcatInput> inputs, int64_t out_elements, float* y);
 
 // Why this backend cannot run `node` exactly, or nullopt.
 std::optional<std::string> unsupported_reason(const formats::Node& node);

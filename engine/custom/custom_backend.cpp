@@ -135,8 +135,15 @@ struct AddStep { const float* a; const float* b; float* y; int64_t elements; Ele
 struct DenseStep { DenseArgs args; DenseLaunch launch; };
 struct SoftmaxStep { const float* x; float* y; int64_t length; SoftmaxLaunch launch; };
 struct CopyStep { const float* x; float* y; int64_t elements; };  // flatten the planner did not alias
+struct ScaleShiftStep {
+  const float* x; float* y; const float* scale; const float* shift; int64_t channels, inner; ElementwiseLaunch launch;
+};
+// A concat: each input copied into its slice [offset, offset + elements) of every output sample.
+struct ConcatSlice { const float* x; int64_t elements, offset; };
+struct ConcatStep { std::vector<ConcatSlice> slices; float* y; int64_t out_elements; ElementwiseLaunch launch; };
 
-using StepOp = std::variant<ConvStep, PoolStep, ActivationStep, AddStep, DenseStep, SoftmaxStep, CopyStep>;
+using StepOp = std::variant<ConvStep, PoolStep, ActivationStep, AddStep, DenseStep, SoftmaxStep, CopyStep,
+                            ScaleShiftStep, ConcatStep>;
 
 struct Step {
   std::string context;  // "node 'c1' (conv2d + relu 'r1')": names the node in every CUDA error
@@ -254,6 +261,31 @@ class CustomExecutable final : public gpu::GpuExecutable {
           steps_.push_back({context, AddStep{x, device_value(planned.inputs.at(1)), y, in.elements, elementwise}});
           break;
         }
+        case OpType::ScaleShift: {
+          const int64_t channels = in.shape.at(0);
+          lines.push_back(fmt::format("{}: scale_shift_forward ({} channels of {}), {} threads/block", context,
+                                      channels, in.elements / channels, elementwise.threads));
+          steps_.push_back({context, ScaleShiftStep{x, y, upload(node.weight, node.name, "scale"),
+                                                    upload(node.bias, node.name, "shift"), channels,
+                                                    in.elements / channels, elementwise}});
+          break;
+        }
+        case OpType::Concat: {
+          ConcatStep c{{}, y, out.elements, elementwise};
+          int64_t offset = 0;
+          for (int input : planned.inputs) {
+            const int64_t e = graph_.value(input).elements;
+            c.slices.push_back(ConcatSlice{device_value(input), e, offset});
+            offset += e;
+          }
+          if (offset != out.elements)
+            throw std::logic_error(fmt::format("custom: {}: inputs hold {} floats per sample, the output {}", context,
+                                               offset, out.elements));
+          lines.push_back(fmt::format("{}: slice_copy_forward x {} (one per input), {} threads/block", context,
+                                      c.slices.size(), elementwise.threads));
+          steps_.push_back({context, std::move(c)});
+          break;
+        }
         case OpType::Dense: {
           DenseArgs a;
           a.x = x;
@@ -310,6 +342,12 @@ class CustomExecutable final : public gpu::GpuExecutable {
               dense_forward(op.args, op.launch, n, s, step.context);
             } else if constexpr (std::is_same_v<T, SoftmaxStep>) {
               softmax_forward(op.x, op.y, n, op.length, op.launch, s, step.context);
+            } else if constexpr (std::is_same_v<T, ScaleShiftStep>) {
+              scale_shift_forward(op.x, op.y, op.scale, op.shift, n, op.channels, op.inner, op.launch, s, step.context);
+            } else if constexpr (std::is_same_v<T, ConcatStep>) {
+              for (const ConcatSlice& slice : op.slices)
+                slice_copy_forward(slice.x, op.y, n, slice.elements, op.out_elements, slice.offset, op.launch, s,
+                                   step.context);
             } else if constexpr (std::is_same_v<T, CopyStep>) {
               CUDA_CHECK_CTX(cudaMemcpyAsync(op.y, op.x, size_t(op.elements) * size_t(n) * sizeof(float),
                                              cudaMemcpyDeviceToDevice, s),
@@ -366,7 +404,10 @@ class CustomBackend final : public Backend {
         if (!node.weight) return std::string("no weight tensor");
         return std::nullopt;
       case OpType::AvgPool: case OpType::MaxPool: case OpType::Relu: case OpType::Tanh: case OpType::Sigmoid:
-      case OpType::Flatten: case OpType::Softmax: case OpType::Add:
+      case OpType::Flatten: case OpType::Softmax: case OpType::Add: case OpType::Concat:
+        return std::nullopt;
+      case OpType::ScaleShift:
+        if (!node.weight || !node.bias) return std::string("scale_shift without its scale and shift tensors");
         return std::nullopt;
     }
     return std::string("op not implemented by the custom backend");

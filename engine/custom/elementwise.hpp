@@ -25,4 +25,15 @@ void activation_forward(const float* x, float* y, int64_t count, Activation act,
 void add_forward(const float* a, const float* b, float* y, int64_t count, const ElementwiseLaunch& launch,
                  cudaStream_t stream, const std::string& context);
 
+// y[s, c, i] = x[s, c, i] * scale[c] + shift[c] for `samples` samples of `channels` x `inner`
+// elements (scale_shift), in double and rounded once, as the CPU reference does it.
+void scale_shift_forward(const float* x, float* y, const float* scale, const float* shift, int64_t samples,
+                         int64_t channels, int64_t inner, const ElementwiseLaunch& launch, cudaStream_t stream,
+                         const std::string& context);
+// y[s, offset + e] = x[s, e] for e < x_elements: one concat input into its slice of every sample
+// of the output (y_elements floats per sample).
+void slice_copy_forward(const float* x, float* y, int64_t samples, int64_t x_elements, int64_t y_elements,
+                        int64_t offset, const ElementwiseLaunch& launch, cudaStream_t stream,
+                        const std::string& context);
+
 }  // namespace engine::custom

@@ -30,5 +30,8 @@ void sigmoid(const float* x, int64_t n, float* y);
 void dense(const float* x, int64_t k, const float* weight, const float* bias, int units, float* y);
 void softmax(const float* x, int64_t k, float* y);
 void add(const float* a, const float* b, int64_t n, float* y);
+// y[c, i] = x[c, i] * scale[c] + shift[c] for `channels` channels of `inner` elements each, in
+// double, rounded to float once.
+void scale_shift(const float* x, int64_t channels, int64_t inner, const float* scale, const float* shift, float* y);
 
 }  // namespace engine::reference

@@ -52,7 +52,7 @@ ReferenceExecutable::ReferenceExecutable(const Graph& graph, const CompileOption
     if (node.op == OpType::Flatten) continue;  // an alias of its input: nothing to compute
     Step step;
     step.op = node.op;
-    for (size_t i = 0; i < planned.inputs.size() && i < 2; ++i) step.inputs[i] = planned.inputs[i];
+    step.inputs = planned.inputs;
     step.output = planned.output;
     const Value& in = graph_.values[planned.inputs.at(0)];
     step.in_elements = in.elements;
@@ -70,13 +70,19 @@ ReferenceExecutable::ReferenceExecutable(const Graph& graph, const CompileOption
       case OpType::Dense:
         step.units = node.units;
         break;
+      case OpType::ScaleShift:
+        step.channels = in.shape.at(0);
+        step.in_elements = in.elements / step.channels;
+        break;
       default:
         break;
     }
     if (node.weight) step.weight = node.weight->values.data();
     if (node.bias) step.bias = node.bias->values.data();
-    if ((node.op == OpType::Conv2D || node.op == OpType::Dense) && !step.weight)
+    if ((node.op == OpType::Conv2D || node.op == OpType::Dense || node.op == OpType::ScaleShift) && !step.weight)
       throw std::invalid_argument(fmt::format("reference: node '{}' has no weight", node.name));
+    if (node.op == OpType::ScaleShift && !step.bias)
+      throw std::invalid_argument(fmt::format("reference: node '{}' (scale_shift) has no shift", node.name));
     steps_.push_back(step);
     work_per_sample_ += work_of(node, in);
   }
@@ -138,6 +144,17 @@ void ReferenceExecutable::run_sample(const void* input, int s, float* arena, dou
       case OpType::Dense: dense(a, step.in_elements, step.weight, step.bias, step.units, y); break;
       case OpType::Softmax: softmax(a, step.in_elements, y); break;
       case OpType::Add: add(a, value_in(arena, step.inputs[1]), step.in_elements, y); break;
+      case OpType::ScaleShift: scale_shift(a, step.channels, step.in_elements, step.weight, step.bias, y); break;
+      case OpType::Concat: {
+        // Per sample a value is contiguous, so joining along the first dimension is copying each
+        // input whole, one after the other.
+        for (int input : step.inputs) {
+          const Value& v = graph_.values[input];
+          std::memcpy(y, value_in(arena, input), size_t(v.elements) * sizeof(float));
+          y += v.elements;
+        }
+        break;
+      }
       case OpType::Flatten: break;  // never a step
     }
   }

@@ -36,10 +36,11 @@ class ReferenceExecutable : public Executable {
  private:
   struct Step {
     OpType op = OpType::Relu;
-    int inputs[2] = {-1, -1};  // value ids
+    std::vector<int> inputs;    // value ids (concat: any number; the others: 1 or 2)
     int output = -1;
     Dims3 in_dims, out_dims;    // conv2d and pools
-    int64_t in_elements = 0;    // elementwise ops, dense, softmax
+    int64_t in_elements = 0;    // elementwise ops, dense, softmax; scale_shift: elements per channel
+    int64_t channels = 0;       // scale_shift
     const formats::Window2D* window = nullptr;
     bool count_include_pad = true;
     int units = 0;

@@ -79,6 +79,20 @@ class ModelBuilder {
     return *this;
   }
 
+  // Random scales in [-2, 2) and shifts in [-1, 1), one per channel.
+  ModelBuilder& scale_shift(const std::string& name, const std::string& input, int channels, uint32_t seed) {
+    formats::Node n = node(name, formats::OpType::ScaleShift, {input});
+    n.weight = formats::Tensor{name + ".scale", {channels}, random_floats(size_t(channels), seed, -2.0f, 2.0f)};
+    n.bias = formats::Tensor{name + ".shift", {channels}, random_floats(size_t(channels), seed + 1, -1.0f, 1.0f)};
+    model_->nodes.push_back(std::move(n));
+    return *this;
+  }
+
+  ModelBuilder& concat(const std::string& name, std::vector<std::string> inputs) {
+    model_->nodes.push_back(node(name, formats::OpType::Concat, std::move(inputs)));
+    return *this;
+  }
+
   ModelBuilder& outputs(std::vector<std::string> names) {
     model_->outputs = std::move(names);
     return *this;
@@ -147,6 +161,28 @@ inline std::shared_ptr<formats::Model> lenet_like_model(const LenetLike& o = {})
       .dense("d7", "a6", 84, 10, o.seed + 8)
       .unary("prob", OpType::Softmax, "d7")
       .outputs(outputs)
+      .build();
+}
+
+// BatchNorm after pooling and parallel branches joined, as the importers write them: two conv
+// branches (3x3 'same' and 1x1) of the [C, H, W] input concatenated, relu, maxpool 2x2, scale_shift
+// over the channels, flatten, dense 10, scale_shift over the features, softmax. H and W even.
+inline std::shared_ptr<formats::Model> branchy_model(const formats::Shape& input, uint32_t seed) {
+  using formats::OpType;
+  const int c = int(input.at(0)), h = int(input.at(1)), w = int(input.at(2));
+  const int features = 7 * (h / 2) * (w / 2);
+  return ModelBuilder("branchy", input)
+      .conv2d("a", "x", c, 4, window(3, 3, 1, 1, 1, 1, 1, 1), seed)
+      .conv2d("b", "x", c, 3, window(1, 1, 1, 1), seed + 2)
+      .concat("ab", {"a", "b"})
+      .unary("r", OpType::Relu, "ab")
+      .pool("p", OpType::MaxPool, "r", window(2, 2, 2, 2))
+      .scale_shift("bn", "p", 7, seed + 4)
+      .unary("f", OpType::Flatten, "bn")
+      .dense("d", "f", features, 10, seed + 6)
+      .scale_shift("bn2", "d", 10, seed + 8)
+      .unary("prob", OpType::Softmax, "bn2")
+      .outputs({"prob"})
       .build();
 }
 

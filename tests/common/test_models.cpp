@@ -60,7 +60,8 @@ std::shared_ptr<formats::Model> single_op_model(formats::OpType op, const format
   formats::Node node;
   node.name = "y";
   node.op = op;
-  node.inputs = op == formats::OpType::Add ? std::vector<std::string>{"x", "x"} : std::vector<std::string>{"x"};
+  node.inputs = op == formats::OpType::Add || op == formats::OpType::Concat ? std::vector<std::string>{"x", "x"}
+                                                                             : std::vector<std::string>{"x"};
   node.window = attrs_template.window;
   node.out_channels = attrs_template.out_channels;
   node.count_include_pad = attrs_template.count_include_pad;
@@ -86,6 +87,14 @@ std::shared_ptr<formats::Model> single_op_model(formats::OpType op, const format
       node.bias = attrs_template.bias ? given_tensor(*attrs_template.bias, "y.bias")
                                       : random_tensor("y.bias", bias_shape, seed + 1, bound);
   }
+  if (op == formats::OpType::ScaleShift) {
+    if (input_shape.empty()) throw std::invalid_argument("single_op_model: scale_shift needs a rank >= 1 input");
+    const formats::Shape channels{input_shape[0]};
+    node.weight = attrs_template.weight ? given_tensor(*attrs_template.weight, "y.scale")
+                                        : random_tensor("y.scale", channels, seed, 2.0f);
+    node.bias = attrs_template.bias ? given_tensor(*attrs_template.bias, "y.shift")
+                                    : random_tensor("y.shift", channels, seed + 1, 1.0f);
+  }
   model->nodes.push_back(std::move(node));
   model->outputs = {"y"};
   formats::validate_model(*model, std::string("single_op_model(") + formats::op_name(op) + ")");
@@ -107,6 +116,26 @@ std::shared_ptr<formats::Model> add_dag_model(const formats::Shape& input_shape)
   model->nodes.push_back(unary("t", formats::OpType::Tanh, {"x"}));
   model->outputs = {"y"};
   formats::validate_model(*model, "add_dag_model");
+  return model;
+}
+
+std::shared_ptr<formats::Model> concat_dag_model(const formats::Shape& input_shape) {
+  auto model = float_input_model("concat_dag", input_shape);
+  auto make = [](const std::string& name, formats::OpType op, std::vector<std::string> inputs) {
+    formats::Node n;
+    n.name = name;
+    n.op = op;
+    n.inputs = std::move(inputs);
+    return n;
+  };
+  // Out of order on purpose, as in add_dag_model.
+  model->nodes.push_back(make("y", formats::OpType::Concat, {"c", "s"}));
+  model->nodes.push_back(make("c", formats::OpType::Concat, {"r", "x", "t"}));
+  model->nodes.push_back(make("r", formats::OpType::Relu, {"x"}));
+  model->nodes.push_back(make("t", formats::OpType::Tanh, {"x"}));
+  model->nodes.push_back(make("s", formats::OpType::Sigmoid, {"x"}));
+  model->outputs = {"y"};
+  formats::validate_model(*model, "concat_dag_model");
   return model;
 }
 

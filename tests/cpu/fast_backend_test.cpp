@@ -336,6 +336,55 @@ TEST_P(FastCpu, BitwiseAcrossThreadsAndBatchSplits) {
     }
 }
 
+TEST_P(FastCpu, ScaleShiftAndConcat) {
+  const formats::Shape shapes[] = {{3, 5, 7}, {1}, {100}, {19}, {17, 2, 3}, {2, 19}};
+  uint32_t seed = 5000;
+  for (const auto& shape : shapes) {
+    const std::string where = formats::shape_to_string(shape);
+    check_float_model(testing_support::single_op_model(OpType::ScaleShift, shape, formats::Node{}, seed), seed + 1,
+                      -3, 3, "scale_shift " + where);
+    check_float_model(testing_support::single_op_model(OpType::Concat, shape, formats::Node{}, seed), seed + 2, -3, 3,
+                      "concat(x, x) " + where);
+    check_float_model(testing_support::concat_dag_model(shape), seed + 3, -3, 3, "concat dag " + where);
+    seed += 100;
+  }
+  // Conv branches joined, relu, pool, scale_shift on channels and on features, as imported models have them.
+  check_float_model(testing_support::branchy_model({2, 8, 10}, 5900), 5901, -1, 1, "branchy 2x8x10");
+  check_float_model(testing_support::branchy_model({1, 6, 6}, 5910), 5911, -1, 1, "branchy 1x6x6");
+}
+
+// A concat/scale_shift model gives the same bits whatever the thread count and batch split.
+TEST_P(FastCpu, ScaleShiftAndConcatBitwiseAcrossThreadsAndSplits) {
+  auto model = testing_support::branchy_model({2, 8, 10}, 5920);
+  const engine::Graph graph = engine::plan_graph(model);
+  const int total = 101;
+  const auto input = testing_support::random_floats(size_t(160) * total, 5921);
+  auto run = [&](int split, int threads) {
+    engine::CompileOptions options;
+    options.max_batch = split;
+    options.threads = threads;
+    auto exe = engine::BackendRegistry::instance().create("cpu")->compile(graph, options);
+    std::vector<float> all(size_t(10) * total, std::nanf(""));
+    std::vector<float> out(size_t(10) * size_t(split));
+    for (int start = 0; start < total; start += split) {
+      const int n = std::min(split, total - start);
+      std::fill(out.begin(), out.end(), std::nanf(""));
+      float* pointers[] = {out.data()};
+      exe->run(input.data() + size_t(start) * 160, n, pointers);
+      std::copy(out.begin(), out.begin() + ptrdiff_t(10 * n), all.begin() + ptrdiff_t(10 * start));
+    }
+    return all;
+  };
+  const auto base = run(total, 1);
+  for (float v : base) ASSERT_FALSE(std::isnan(v));
+  for (int threads : {1, 2, 3})
+    for (int split : {1, 7, 64, total}) {
+      const auto again = run(split, threads);
+      EXPECT_EQ(std::memcmp(again.data(), base.data(), base.size() * sizeof(float)), 0)
+          << threads << " threads, batches of " << split;
+    }
+}
+
 TEST_P(FastCpu, RejectsBadOptionsAndBatches) {
   auto model = testing_support::single_op_model(OpType::Relu, {4}, formats::Node{}, 1);
   const std::vector<float> input(4 * 5, 1.0f);

@@ -261,6 +261,61 @@ TEST(CpuOps, AddOfTwoDistinctValues) {
                     "add(relu(x), tanh(x))");
 }
 
+// y[c, i] = x[c, i] * scale[c] + shift[c], channels = the first dimension, whatever the rank.
+TEST(CpuOps, ScaleShift) {
+  const formats::Shape shapes[] = {{3, 5, 7}, {1}, {100}, {17, 1, 1}, {2, 19}, {1, 9, 4}};
+  uint32_t seed = 600;
+  for (const auto& shape : shapes) {
+    auto model = testing_support::single_op_model(OpType::ScaleShift, shape, formats::Node{}, seed++);
+    const formats::Node& node = model->nodes.at(0);
+    const int64_t channels = shape[0], inner = formats::element_count(shape) / channels;
+    for (int batch : kBatches)
+      check_single_op(model, batch, seed++, -3, 3,
+                      [&](const float* x) {
+                        std::vector<double> y(size_t(channels * inner));
+                        for (int64_t c = 0; c < channels; ++c)
+                          for (int64_t i = 0; i < inner; ++i)
+                            y[size_t(c * inner + i)] = double(x[c * inner + i]) * node.weight->values[size_t(c)] +
+                                                       node.bias->values[size_t(c)];
+                        return y;
+                      },
+                      "scale_shift " + formats::shape_to_string(shape));
+  }
+}
+
+// concat(concat(relu(x), x, tanh(x)), sigmoid(x)): each input's values in its slice, in order.
+TEST(CpuOps, ConcatAlongTheFirstDimension) {
+  const formats::Shape shapes[] = {{2, 3, 5}, {1}, {7}, {3, 1, 4}};
+  uint32_t seed = 700;
+  for (const auto& shape : shapes) {
+    auto model = testing_support::concat_dag_model(shape);
+    const int64_t n = formats::element_count(shape);
+    EXPECT_EQ(model->nodes.back().output_shape[0], 4 * shape[0]);
+    for (int batch : kBatches)
+      check_single_op(model, batch, seed++, -3, 3,
+                      [&](const float* x) {
+                        std::vector<double> y(size_t(4 * n));
+                        for (int64_t i = 0; i < n; ++i) {
+                          y[size_t(i)] = x[i] > 0 ? x[i] : 0.0;
+                          y[size_t(n + i)] = x[i];
+                          y[size_t(2 * n + i)] = std::tanh(double(x[i]));
+                          y[size_t(3 * n + i)] = 1.0 / (1.0 + std::exp(-double(x[i])));
+                        }
+                        return y;
+                      },
+                      "concat " + formats::shape_to_string(shape));
+    // concat(x, x): the same value twice.
+    auto twice = testing_support::single_op_model(OpType::Concat, shape, formats::Node{}, seed++);
+    check_single_op(twice, 5, seed++, -3, 3,
+                    [&](const float* x) {
+                      std::vector<double> y(size_t(2 * n));
+                      for (int64_t i = 0; i < n; ++i) y[size_t(i)] = y[size_t(n + i)] = x[i];
+                      return y;
+                    },
+                    "concat(x, x) " + formats::shape_to_string(shape));
+  }
+}
+
 TEST(CpuOps, Uint8PreprocessingIsExactlyTheSpecFormula) {
   formats::Preprocess p;
   p.scale = 0.003921568859368563f;

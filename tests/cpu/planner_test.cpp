@@ -159,6 +159,24 @@ TEST(Planner, ValueReadTwiceByOneNodeIsOneConsumer) {
   expect_live_values_disjoint(g);
 }
 
+// A concat reads every input while it writes its output, so all of them (and the output) are live
+// together at that node; its output has the sum of the inputs' channels.
+TEST(Planner, ConcatInputsAndOutputAreLiveTogether) {
+  auto model = testing_support::concat_dag_model({3, 4, 5});
+  const Graph g = engine::plan_graph(model);
+  const auto& c = value_named(g, "c");
+  EXPECT_EQ(c.shape, (formats::Shape{9, 4, 5}));
+  EXPECT_EQ(value_named(g, "y").shape, (formats::Shape{12, 4, 5}));
+  const auto& node_c = g.nodes.at(size_t(c.producer));
+  ASSERT_EQ(node_c.inputs.size(), 3u);
+  EXPECT_EQ(g.value(node_c.inputs[1]).name, "x");
+  for (int in : node_c.inputs) EXPECT_GE(g.value(in).last_use, c.producer) << g.value(in).name;
+  expect_live_values_disjoint(g);
+
+  // Branches of a conv model, joined, pooled, scaled: every block disjoint while live.
+  expect_live_values_disjoint(engine::plan_graph(testing_support::branchy_model({2, 8, 10}, 3)));
+}
+
 TEST(Planner, UnreadValueStillGetsItsOwnBlock) {
   auto model = ModelBuilder("dead", {40})
                    .unary("dead", OpType::Tanh, "x")

@@ -719,6 +719,113 @@ TEST_F(LoaderRuleTest, AddOfUnequalShapes) {
   expect_graph_error(tiny, {"node 'prob': add needs inputs of equal shape, but 'd1' is [3] and 'f1' is [50]"});
 }
 
+// ---- scale_shift and concat ----
+
+// TinyModel with bn = scale_shift(p1) between the pool and the flatten (p1 is [2, 5, 5]).
+TinyModel with_scale_shift() {
+  TinyModel tiny;
+  Json& nodes = tiny.graph["nodes"];
+  nodes.insert(nodes.begin() + 3, Json::parse(R"({"name": "bn", "op": "scale_shift", "inputs": ["p1"],
+                                                  "tensors": {"scale": "bn.scale", "shift": "bn.shift"}})"));
+  tiny.node("f1")["inputs"] = Json::array({"bn"});
+  tiny.tensors.push_back(formats::f32_tensor("bn.scale", {2}, {0.5f, -2.0f}));
+  tiny.tensors.push_back(formats::f32_tensor("bn.shift", {2}, {1.0f, 0.25f}));
+  return tiny;
+}
+
+// TinyModel with cat = concat(p1, r1p) between the pool and the flatten, r1p a second pool of r1:
+// [2, 5, 5] + [2, 5, 5] -> [4, 5, 5], so d1 reads 100 features.
+TinyModel with_concat() {
+  TinyModel tiny;
+  Json& nodes = tiny.graph["nodes"];
+  nodes.insert(nodes.begin() + 3, Json::parse(R"({"name": "q1", "op": "avgpool", "inputs": ["r1"],
+                                                  "attrs": {"kernel": [2, 2], "count_include_pad": true}})"));
+  nodes.insert(nodes.begin() + 4, Json::parse(R"({"name": "cat", "op": "concat", "inputs": ["p1", "q1"]})"));
+  tiny.node("f1")["inputs"] = Json::array({"cat"});
+  tiny.tensor("d1.weight") = formats::f32_tensor("d1.weight", {3, 100}, formats_test::ramp(300, 0.001f));
+  return tiny;
+}
+
+TEST_F(LoaderRuleTest, ScaleShiftAndConcatLoad) {
+  TinyModel bn = with_scale_shift();
+  const formats::Model a = formats::load_model(bn.write(dir_, "bn"));
+  const formats::Node* node = a.find_node("bn");
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->op, formats::OpType::ScaleShift);
+  EXPECT_EQ(node->output_shape, (formats::Shape{2, 5, 5}));
+  ASSERT_TRUE(node->weight && node->bias);
+  EXPECT_EQ(node->weight->values, (std::vector<float>{0.5f, -2.0f}));  // 'scale'
+  EXPECT_EQ(node->bias->values, (std::vector<float>{1.0f, 0.25f}));    // 'shift'
+  EXPECT_EQ(a.parameter_count(), 18 + 2 + 150 + 3 + 4);
+
+  TinyModel cat = with_concat();
+  const formats::Model b = formats::load_model(cat.write(dir_, "cat"));
+  EXPECT_EQ(b.find_node("cat")->output_shape, (formats::Shape{4, 5, 5}));
+  EXPECT_EQ(b.find_node("f1")->output_shape, (formats::Shape{100}));
+
+  // Features of a rank-1 value are its channels.
+  TinyModel dense_bn;
+  Json& nodes = dense_bn.graph["nodes"];
+  nodes.insert(nodes.begin() + 5, Json::parse(R"({"name": "bn", "op": "scale_shift", "inputs": ["d1"],
+                                                  "tensors": {"scale": "s", "shift": "t"}})"));
+  dense_bn.node("prob")["inputs"] = Json::array({"bn"});
+  dense_bn.tensors.push_back(formats::f32_tensor("s", {3}, {1, 2, 3}));
+  dense_bn.tensors.push_back(formats::f32_tensor("t", {3}, {0, 0, 0}));
+  EXPECT_EQ(formats::load_model(dense_bn.write(dir_, "dense_bn")).find_node("bn")->output_shape,
+            (formats::Shape{3}));
+}
+
+TEST_F(LoaderRuleTest, ScaleShiftTensorRoles) {
+  TinyModel missing = with_scale_shift();
+  missing.node("bn")["tensors"].erase("shift");
+  expect_graph_error(missing, {"node 'bn'", "scale_shift needs a 'shift' tensor"});
+  TinyModel none = with_scale_shift();
+  none.node("bn").erase("tensors");
+  expect_graph_error(none, {"node 'bn'", "scale_shift needs a 'scale' tensor"});
+  TinyModel wrong_role = with_scale_shift();
+  wrong_role.node("bn")["tensors"]["weight"] = "bn.scale";
+  expect_graph_error(wrong_role, {"node 'bn'", "unknown tensor role 'weight'"});
+  TinyModel attrs = with_scale_shift();
+  attrs.node("bn")["attrs"] = {{"epsilon", 0.001}};
+  expect_graph_error(attrs, {"node 'bn'", "scale_shift takes no attributes"});
+}
+
+TEST_F(LoaderRuleTest, ScaleShiftWrongTensorShape) {
+  TinyModel channels = with_scale_shift();
+  channels.tensor("bn.scale") = formats::f32_tensor("bn.scale", {3}, {1, 2, 3});
+  expect_graph_error(channels, {"node 'bn': scale tensor 'bn.scale' has shape [3], expected [2]",
+                                "input 'p1' has shape [2, 5, 5]"});
+  TinyModel shift = with_scale_shift();
+  shift.tensor("bn.shift") = formats::f32_tensor("bn.shift", {50}, formats_test::ramp(50));
+  expect_graph_error(shift, {"node 'bn': shift tensor 'bn.shift' has shape [50], expected [2]"});
+  TinyModel rank = with_scale_shift();
+  rank.tensor("bn.scale") = formats::f32_tensor("bn.scale", {2, 1}, {1, 2});
+  expect_graph_error(rank, {"node 'bn': scale tensor 'bn.scale' has shape [2, 1], expected [<input channels>]"});
+}
+
+TEST_F(LoaderRuleTest, ConcatDimensionMismatch) {
+  TinyModel spatial = with_concat();
+  spatial.node("cat")["inputs"] = Json::array({"p1", "r1"});
+  expect_graph_error(spatial, {"node 'cat': concat joins along the first (channel) dimension",
+                               "'p1' is [2, 5, 5] and 'r1' is [2, 10, 10]"});
+  TinyModel rank = with_concat();
+  rank.node("cat")["inputs"] = Json::array({"p1", "q1", "image"});
+  rank.graph["input"] = Json::parse(R"({"name": "image", "dtype": "float32", "shape": [1, 12, 12]})");
+  expect_graph_error(rank, {"node 'cat'", "'p1' is [2, 5, 5] and 'image' is [1, 12, 12]"});
+}
+
+TEST_F(LoaderRuleTest, ConcatArityAttrsAndTensors) {
+  TinyModel one = with_concat();
+  one.node("cat")["inputs"] = Json::array({"p1"});
+  expect_graph_error(one, {"node 'cat': concat takes 2 to 4096 inputs, got 1"});
+  TinyModel attrs = with_concat();
+  attrs.node("cat")["attrs"] = {{"axis", 1}};
+  expect_graph_error(attrs, {"node 'cat'", "concat takes no attributes"});
+  TinyModel tensors = with_concat();
+  tensors.node("cat")["tensors"] = {{"weight", "d1.weight"}};
+  expect_graph_error(tensors, {"node 'cat'", "concat has no tensors"});
+}
+
 TEST_F(LoaderRuleTest, WindowThatDoesNotFit) {
   TinyModel tiny;
   tiny.node("p1")["attrs"] = {{"kernel", {11, 2}}};

@@ -39,8 +39,21 @@ void check_model(const formats::Model& model) {
     check_shape(node.output_shape);
     if (node.weight) check_tensor(*node.weight);
     if (node.bias) check_tensor(*node.bias);
-    const bool parametric = node.op == formats::OpType::Conv2D || node.op == formats::OpType::Dense;
+    const bool parametric = node.op == formats::OpType::Conv2D || node.op == formats::OpType::Dense ||
+                            node.op == formats::OpType::ScaleShift;
     require(parametric == node.weight.has_value(), "a loaded node has a weight iff it needs one");
+    if (node.op == formats::OpType::ScaleShift) {
+      require(node.bias.has_value(), "a loaded scale_shift has no shift");
+      require(node.weight->shape == formats::Shape{node.output_shape.at(0)} &&
+                  node.bias->shape == formats::Shape{node.output_shape.at(0)},
+              "a loaded scale_shift's scale and shift are not one per channel");
+    }
+    if (node.op == formats::OpType::Concat) {
+      require(node.inputs.size() >= 2, "a loaded concat has fewer than two inputs");
+      int64_t channels = 0;
+      for (const std::string& input : node.inputs) channels += model.value_shape(input).at(0);
+      require(channels == node.output_shape.at(0), "a loaded concat's channels are not its inputs' sum");
+    }
   }
   for (const std::string& output : model.outputs) {
     require(defined.count(output) == 1, "a loaded output names no value");

@@ -77,6 +77,48 @@ def float_model() -> tuple[dict, dict[str, np.ndarray]]:
     return graph, tensors
 
 
+def branches_model() -> tuple[dict, dict[str, np.ndarray]]:
+    """scale_shift and concat (added to format v1 after allops was fixed): a float32 [2, 6, 6] input
+    scaled per channel, two conv branches joined by concat (3 + 2 channels), maxpool, scale_shift of
+    the joined channels, flatten, dense 4, scale_shift of the features."""
+    rng = np.random.default_rng(13)
+    tensors = {
+        "in_bn.scale": rng.uniform(0.5, 1.5, 2).astype(np.float32),
+        "in_bn.shift": rng.uniform(-0.2, 0.2, 2).astype(np.float32),
+        "a.weight": (rng.standard_normal((3, 2, 3, 3)) * 0.3).astype(np.float32),
+        "b.weight": (rng.standard_normal((2, 2, 1, 1)) * 0.3).astype(np.float32),
+        "b.bias": (rng.standard_normal(2) * 0.1).astype(np.float32),
+        "bn.scale": rng.uniform(0.5, 1.5, 5).astype(np.float32),
+        "bn.shift": rng.uniform(-0.2, 0.2, 5).astype(np.float32),
+        "d.weight": (rng.standard_normal((4, 45)) * 0.1).astype(np.float32),
+        "out_bn.scale": rng.uniform(0.5, 1.5, 4).astype(np.float32),
+        "out_bn.shift": rng.uniform(-0.2, 0.2, 4).astype(np.float32),
+    }
+    graph = {
+        "format": "cnn-engine-model", "version": 1, "name": "branches",
+        "weights": {"file": "branches.safetensors", "sha256": ""},
+        "input": {"name": "x", "dtype": "float32", "shape": [2, 6, 6]},
+        "nodes": [{"name": "in_bn", "op": "scale_shift", "inputs": ["x"],
+                   "tensors": {"scale": "in_bn.scale", "shift": "in_bn.shift"}},
+                  {"name": "a", "op": "conv2d", "inputs": ["in_bn"],
+                   "attrs": {"kernel": [3, 3], "padding": [1, 1, 1, 1], "out_channels": 3},
+                   "tensors": {"weight": "a.weight"}},
+                  {"name": "b", "op": "conv2d", "inputs": ["x"], "attrs": {"kernel": [1, 1], "out_channels": 2},
+                   "tensors": {"weight": "b.weight", "bias": "b.bias"}},
+                  {"name": "cat", "op": "concat", "inputs": ["a", "b"]},
+                  {"name": "p", "op": "maxpool", "inputs": ["cat"], "attrs": {"kernel": [2, 2]}},
+                  {"name": "bn", "op": "scale_shift", "inputs": ["p"],
+                   "tensors": {"scale": "bn.scale", "shift": "bn.shift"}},
+                  {"name": "f", "op": "flatten", "inputs": ["bn"]},
+                  {"name": "d", "op": "dense", "inputs": ["f"], "attrs": {"units": 4},
+                   "tensors": {"weight": "d.weight"}},
+                  {"name": "out_bn", "op": "scale_shift", "inputs": ["d"],
+                   "tensors": {"scale": "out_bn.scale", "shift": "out_bn.shift"}}],
+        "outputs": ["out_bn"],
+    }
+    return graph, tensors
+
+
 def graph_text(graph: dict, blob: bytes) -> bytes:
     graph = json.loads(json.dumps(graph))
     graph["weights"]["sha256"] = hashlib.sha256(blob).hexdigest()
@@ -169,7 +211,7 @@ def main() -> int:
     seeds: dict[str, dict[str, bytes]] = {t: {} for t in ("graph", "safetensors", "model", "idx", "image")}
     weights: dict[str, bytes] = {}  # top-level *.safetensors: what the graph target resolves against
 
-    models = [("allops",) + allops_model(), ("float-input",) + float_model()]
+    models = [("allops",) + allops_model(), ("float-input",) + float_model(), ("branches",) + branches_model()]
     for name, graph, tensors in models:
         blob = safetensors_bytes(tensors, {"producer": "tests/fuzz/make_seeds.py"} if name == "allops" else None)
         text = graph_text(graph, blob)

@@ -192,6 +192,44 @@ TEST(CudnnAdd, MatchesCpu) {
   expect_matches_cpu_all_batches(single_op_model(OpType::Add, {5, 3, 9}, formats::Node{}, 1120), 1120);
 }
 
+const std::vector<formats::Shape>& scale_concat_shapes() {
+  static const std::vector<formats::Shape> shapes = {{3, 8, 8}, {7, 13, 5}, {1000}, {1}, {17, 1, 1}, {2, 19}};
+  return shapes;
+}
+
+// cudnnOpTensor (x * scale) then cudnnAddTensor (+ shift): two fp32 roundings against the reference's
+// one; elementwise, so the 1e-5 bound.
+TEST(CudnnScaleShift, MatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("cudnn");
+  uint32_t seed = 1400;
+  for (const formats::Shape& shape : scale_concat_shapes()) {
+    SCOPED_TRACE("scale_shift " + formats::shape_to_string(shape));
+    expect_matches_cpu_all_batches(single_op_model(OpType::ScaleShift, shape, formats::Node{}, seed), seed, -3.0f,
+                                   3.0f);
+    seed += 10;
+  }
+}
+
+// cudaMemcpy2DAsync into each input's slice: exact copies.
+TEST(CudnnConcat, MatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("cudnn");
+  uint32_t seed = 1500;
+  for (const formats::Shape& shape : scale_concat_shapes()) {
+    SCOPED_TRACE("concat " + formats::shape_to_string(shape));
+    expect_matches_cpu_all_batches(testing_support::concat_dag_model(shape), seed, -3.0f, 3.0f);
+    expect_matches_cpu_all_batches(single_op_model(OpType::Concat, shape, formats::Node{}, seed + 1), seed + 1);
+    seed += 10;
+  }
+}
+
+// Conv branches joined by concat, pooling, scale_shift on channels and features (conv and dense:
+// the reduction bound).
+TEST(CudnnScaleShiftConcat, BranchyModelMatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("cudnn");
+  expect_reduction_matches_cpu_all_batches(testing_support::branchy_model({2, 8, 10}, 1600), 1600);
+  expect_reduction_matches_cpu_all_batches(testing_support::branchy_model({1, 6, 6}, 1610), 1610);
+}
+
 // Batches past 65,535 samples: cuDNN's pooling refuses them in one call (CUDNN_STATUS_NOT_SUPPORTED
 // at N = 65,536), so the backend runs per-sample calls in chunks; every op kind is checked across the
 // chunk boundary, full and partial batches.

@@ -12,6 +12,7 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/custom/fused/fused_plan.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/gpu/custom_test_util.hpp"
 
@@ -269,6 +270,43 @@ TEST(CustomFused, OtherGraphsRunPerNodeAndSayWhy) {
   const auto input = testing_support::random_floats(size_t(formats::element_count(chain->input.raw_shape)) * 5, 9201);
   const auto c = testing_support::compare_with_cpu(chain, "custom", input.data(), 5, 8, custom_test::per_node_options());
   EXPECT_LE(c.max_rel_error, 1e-5) << c.worst;
+}
+
+// The fused kernels have no scale_shift or concat: the plan refuses such graphs and names the first
+// such node, even a chain the fused path would otherwise take. Host-only (the plan needs no GPU), so
+// this runs everywhere.
+TEST(CustomFusedPlan, ScaleShiftAndConcatAreNeverFused) {
+  const engine::custom::fused::DeviceShape device{132, 227 * 1024};
+  auto branchy = testing_support::branchy_model({2, 8, 10}, 9300);
+  auto why = engine::custom::fused::plan_fused(engine::plan_graph(branchy), device);
+  ASSERT_TRUE(std::holds_alternative<std::string>(why));
+  EXPECT_EQ(std::get<std::string>(why), "node 'ab' (concat) has no fused kernel");
+
+  auto chain = ModelBuilder("chain_bn", {1, 12, 12})
+                   .conv2d("c", "x", 1, 4, window(3, 3, 1, 1), 9310)
+                   .unary("r", OpType::Relu, "c")
+                   .pool("p", OpType::MaxPool, "r", window(2, 2, 2, 2))
+                   .scale_shift("bn", "p", 4, 9312)
+                   .unary("f", OpType::Flatten, "bn")
+                   .dense("d", "f", 100, 10, 9314)
+                   .unary("prob", OpType::Softmax, "d")
+                   .outputs({"prob"})
+                   .build();
+  why = engine::custom::fused::plan_fused(engine::plan_graph(chain), device);
+  ASSERT_TRUE(std::holds_alternative<std::string>(why));
+  EXPECT_EQ(std::get<std::string>(why), "node 'bn' (scale_shift) has no fused kernel");
+  // Without the scale_shift the same chain is fused: the refusal above is the op's, not the shape's.
+  auto plain = ModelBuilder("chain", {1, 12, 12})
+                   .conv2d("c", "x", 1, 4, window(3, 3, 1, 1), 9310)
+                   .unary("r", OpType::Relu, "c")
+                   .pool("p", OpType::MaxPool, "r", window(2, 2, 2, 2))
+                   .unary("f", OpType::Flatten, "p")
+                   .dense("d", "f", 100, 10, 9314)
+                   .unary("prob", OpType::Softmax, "d")
+                   .outputs({"prob"})
+                   .build();
+  EXPECT_TRUE(std::holds_alternative<engine::custom::fused::FusedPlan>(
+      engine::custom::fused::plan_fused(engine::plan_graph(plain), device)));
 }
 
 // The core planner's arena for the fused plan holds only what the kernels read and write.

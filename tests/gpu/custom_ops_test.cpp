@@ -3,6 +3,8 @@
 // Every test needs the backend (a GPU): without one it is reported as skipped.
 #include <gtest/gtest.h>
 
+#include "engine/core/graph.hpp"
+#include "engine/core/registry.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/gpu/custom_test_util.hpp"
 
@@ -163,6 +165,54 @@ TEST(CustomSoftmax, MatchesCpu) {
   }
   // Large logits: exp would overflow without subtracting the maximum.
   expect_matches_cpu_all_batches(single_op_model(OpType::Softmax, {10}, formats::Node{}, seed), seed, -500.0f, 500.0f);
+}
+
+const std::vector<formats::Shape>& scale_concat_shapes() {
+  static const std::vector<formats::Shape> shapes = {{3, 8, 8}, {7, 13, 5}, {1000}, {1}, {17, 1, 1}, {2, 19}};
+  return shapes;
+}
+
+// Per-channel affine map: double arithmetic rounded once, the reference's own, so 1e-5 holds with room.
+TEST(CustomScaleShift, MatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  uint32_t seed = 1000;
+  for (const formats::Shape& shape : scale_concat_shapes()) {
+    SCOPED_TRACE("scale_shift " + formats::shape_to_string(shape));
+    expect_matches_cpu_all_batches(single_op_model(OpType::ScaleShift, shape, formats::Node{}, seed), seed, -3.0f,
+                                   3.0f);
+    seed += 10;
+  }
+}
+
+// Copies only: each input's values land exactly in its slice of every sample.
+TEST(CustomConcat, MatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  uint32_t seed = 1100;
+  for (const formats::Shape& shape : scale_concat_shapes()) {
+    SCOPED_TRACE("concat " + formats::shape_to_string(shape));
+    expect_matches_cpu_all_batches(testing_support::concat_dag_model(shape), seed, -3.0f, 3.0f);
+    expect_matches_cpu_all_batches(single_op_model(OpType::Concat, shape, formats::Node{}, seed + 1), seed + 1);
+    seed += 10;
+  }
+}
+
+// Conv branches joined by concat, pooling, scale_shift on channels and features: the per-node kernels
+// run it whether or not fusion is asked for, and the execution path says why it is not fused.
+TEST(CustomScaleShiftConcat, BranchyModelRunsPerNodeAndMatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = testing_support::branchy_model({2, 8, 10}, 1200);
+  expect_matches_cpu_all_batches(model, 1200);
+  engine::CompileOptions fuse;
+  fuse.max_batch = 8;
+  auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), fuse);
+  const std::string path = exe->execution_path();
+  EXPECT_NE(path.find("per-node kernels (not fused: node 'ab' (concat) has no fused kernel"), std::string::npos)
+      << path;
+  // The same with fusion on (the default options), against the reference.
+  const auto input = testing_support::random_floats(size_t(160) * 8, 1201);
+  const auto c = testing_support::compare_with_cpu(model, "custom", input.data(), 8, 8);
+  EXPECT_EQ(c.unwritten, 0u);
+  EXPECT_LE(c.max_rel_error, 1e-5) << c.worst;
 }
 
 }  // namespace

@@ -87,6 +87,8 @@ inline std::vector<HugeBatchModel> huge_batch_models() {
       {single_op_model(OpType::Tanh, {5}, formats::Node{}, 4040), false, -4.0f, 4.0f},
       {single_op_model(OpType::Softmax, {10}, formats::Node{}, 4050), false, -20.0f, 20.0f},
       {testing_support::add_dag_model({4})},
+      {single_op_model(OpType::ScaleShift, {3, 2, 1}, formats::Node{}, 4080)},
+      {testing_support::concat_dag_model({2, 1, 3})},
       {single_op_model(OpType::Conv2D, {1, 6, 6}, conv_attrs(2, window(3, 3, 1, 1, 1, 0, 0, 1)), 4060), true},
       {single_op_model(OpType::Dense, {7}, dense_attrs(3), 4070), true},
   };

@@ -92,5 +92,12 @@ def run(model, x):
             out = e / e.sum(1, keepdims=True)
         elif op == "add":
             out = x0 + vals[n["inputs"][1]]
+        elif op == "scale_shift":
+            view = (1, -1) + (1,) * (x0.ndim - 2)
+            out = x0 * ts["scale"].reshape(view) + ts["shift"].reshape(view)
+        elif op == "concat":
+            out = np.concatenate([vals[v] for v in n["inputs"]], axis=1)
+        else:
+            raise AssertionError(f"_reference.run: op {op!r} not implemented")
         vals[n["name"]] = out
     return vals

@@ -5,6 +5,8 @@ outputs are compared with what the framework itself computed when it saved the f
 `cpu` backend's outputs with the reference's: same class, within 1e-5):
   - argmax agreement on at least 99.95 % of the images (at most 1 of 2,000 may differ), and
   - max |engine - framework| <= BOUND * max(1, max |framework|), the importers' relative bound.
+Files made to exercise scale_shift and concat (BatchNormalization that no layer can take, branches
+joined along channels) must also export to those ops (the manifest's expect_ops).
 The corpus is generated into build-corpus/ (git-ignored) on first use and regenerated when the
 generator changes; it needs Keras 3 and JAX (tools/requirements-import.txt, installed by
 tools/setup.sh), PyTorch and onnx."""
@@ -81,6 +83,10 @@ def test_corpus_file(file, corpus, test_images, tmp_path, capsys):
         return
     assert rc == 0, o.out + o.err
     assert "check passed" in o.out
+    # The kinds made for them must come out as format v1's scale_shift / concat nodes.
+    ops = {n["op"] for n in json.loads(out.read_text())["nodes"]}
+    for op in entry.get("expect_ops", []):
+        assert op in ops, f"{file}: the export has no {op} node (ops: {sorted(ops)})"
     engine = export.engine_binary()
     if engine is None:
         pytest.skip("the engine is not built (no $ENGINE_BIN nor build/engine)")

@@ -307,14 +307,12 @@ def _error_case(tmp_path, kind):
         weights["layer_normalization"] = [(f"layer_normalization/{n}:0", np.ones(6, np.float32))
                                           for n in ("gamma", "beta")]
         want = "layer 'layer_normalization' (LayerNormalization): no format-v1 op"
-    elif kind == "batchnorm_unfoldable":
-        # After conv2d's tanh and before another tanh: no linear layer to fold the scale and shift into.
-        layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=-1, momentum=0.99,
+    elif kind == "batchnorm_axis":
+        layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=1, momentum=0.99,
                                   epsilon=1e-3, center=True, scale=True))
-        layers.insert(3, kh.activation("bn_tanh", "tanh"))
         weights["batch_normalization"] = [(f"batch_normalization/{n}:0", np.ones(6, np.float32))
                                           for n in ("gamma", "beta", "moving_mean", "moving_variance")]
-        want = "layer 'bn_tanh' (Activation): follows layer 'batch_normalization' (BatchNormalization)"
+        want = "layer 'batch_normalization' (BatchNormalization): normalizes axis 1"
     elif kind == "activation":
         layers[-1]["config"]["activation"] = "elu"
         want = "activation 'elu'"
@@ -342,7 +340,7 @@ def _error_case(tmp_path, kind):
     return src, argv, want
 
 
-@pytest.mark.parametrize("kind", ["layernorm", "batchnorm_unfoldable", "activation", "channels_first", "extra_weights", "kernel_shape",
+@pytest.mark.parametrize("kind", ["layernorm", "batchnorm_axis", "activation", "channels_first", "extra_weights", "kernel_shape",
                                   "weights_only", "not_keras"])
 def test_errors_name_the_problem(tmp_path, capsys, kind):
     src, argv, want = _error_case(tmp_path, kind)
@@ -350,6 +348,87 @@ def test_errors_name_the_problem(tmp_path, capsys, kind):
     rc, o, e = run(capsys, "keras", src, "-o", out, *argv)
     assert rc == 1 and want in e, e
     assert not out.exists() and not (tmp_path / "x.safetensors").exists()
+
+
+def _bn_weights(rng, name, channels):
+    return [(f"{name}/gamma:0", (1 + 0.2 * rng.standard_normal(channels)).astype(np.float32)),
+            (f"{name}/beta:0", (0.1 * rng.standard_normal(channels)).astype(np.float32)),
+            (f"{name}/moving_mean:0", (0.1 * rng.standard_normal(channels)).astype(np.float32)),
+            (f"{name}/moving_variance:0", (1 + np.abs(0.2 * rng.standard_normal(channels))).astype(np.float32))]
+
+
+def test_batchnorm_that_cannot_fold_becomes_scale_shift(tmp_path, capsys):
+    """After conv2d's tanh and before another tanh no linear layer can take the scale and shift: a
+    scale_shift node with scale = gamma / sqrt(var + eps), shift = beta - mean * scale."""
+    rng = np.random.default_rng(10)
+    config, weights = lenet_keras(rng, keras22=False)
+    layers = config["config"]["layers"]
+    layers.insert(2, kh.layer("BatchNormalization", "batch_normalization", axis=-1, momentum=0.99,
+                              epsilon=1e-3, center=True, scale=True))
+    layers.insert(3, kh.activation("bn_tanh", "tanh"))
+    weights["batch_normalization"] = _bn_weights(rng, "batch_normalization", 6)
+    src = tmp_path / "bn.h5"
+    kh.save_model(src, config, weights, layer_names=kh.model_layer_names(config))
+    out = tmp_path / "bn.json"
+    rc, o, e = run(capsys, "keras", src, "-o", out, "--check-count", "64")
+    assert_checked(rc, o, e)
+    model = mf.read_model(out)
+    ops = [n["op"] for n in model.graph["nodes"]]
+    assert ops[:4] == ["conv2d", "tanh", "scale_shift", "tanh"], ops
+    gamma, beta, mean, var = (a.astype(np.float64) for _, a in weights["batch_normalization"])
+    scale = gamma / np.sqrt(var + 1e-3)
+    np.testing.assert_array_equal(model.tensors["batch_normalization.scale"], scale.astype(np.float32))
+    np.testing.assert_array_equal(model.tensors["batch_normalization.shift"], (beta - mean * scale).astype(np.float32))
+
+
+def test_functional_concatenate_and_batchnorm_after_pooling(tmp_path, capsys):
+    """Two conv branches joined by Concatenate (axis -1: channels), max pooling, BatchNormalization
+    before a 'same' Conv2D (a scale_shift), checked against the NumPy NHWC reference (a Keras 2 file)."""
+    rng = np.random.default_rng(12)
+    config = kh.functional([kh.input_layer((10, 10, 1), "input_1"),
+                            kh.conv2d("conv_a", 3, (3, 3), padding="same", activation="relu"),
+                            kh.conv2d("conv_b", 2, (1, 1), activation="tanh"),
+                            kh.layer("Concatenate", "concatenate", axis=-1),
+                            kh.pool2d("MaxPooling2D", "pool", (2, 2)),
+                            kh.layer("BatchNormalization", "bn", axis=-1, epsilon=1e-3, center=True, scale=True),
+                            kh.conv2d("conv_c", 4, (3, 3), padding="same", activation="relu"),
+                            kh.flatten("flatten"), kh.dense("dense", 5, activation="softmax")])
+    by_name = {lay["name"]: lay for lay in config["config"]["layers"]}
+    by_name["conv_b"]["inbound_nodes"] = [[["input_1", 0, 0, {}]]]
+    by_name["concatenate"]["inbound_nodes"] = [[["conv_a", 0, 0, {}], ["conv_b", 0, 0, {}]]]
+    weights = {"conv_a": conv_weights(rng, "conv_a", 3, 3, 1, 3), "conv_b": conv_weights(rng, "conv_b", 1, 1, 1, 2),
+               "bn": _bn_weights(rng, "bn", 5), "conv_c": conv_weights(rng, "conv_c", 3, 3, 5, 4),
+               "dense": dense_weights(rng, "dense", 5 * 5 * 4, 5)}
+    src = tmp_path / "branches.h5"
+    kh.save_model(src, config, weights, layer_names=kh.model_layer_names(config))
+    out = tmp_path / "branches.json"
+    rc, o, e = run(capsys, "keras", src, "-o", out, "--input-shape", "1,10,10", "--check-count", "64")
+    assert_checked(rc, o, e)
+    g = mf.read_model(out).graph
+    nodes = {n["name"]: n for n in g["nodes"]}
+    assert nodes["concatenate"]["op"] == "concat"
+    assert nodes["concatenate"]["inputs"] == ["conv_a_relu", "conv_b_tanh"]
+    assert nodes["bn"]["op"] == "scale_shift" and nodes["bn"]["inputs"] == ["pool"]
+    assert nodes["conv_c"]["inputs"] == ["bn"]
+
+
+def test_concatenate_along_height_is_refused(tmp_path, capsys):
+    rng = np.random.default_rng(13)
+    config = kh.functional([kh.input_layer((6, 6, 1), "input_1"),
+                            kh.conv2d("conv_a", 2, (3, 3), padding="same"),
+                            kh.conv2d("conv_b", 2, (3, 3), padding="same"),
+                            kh.layer("Concatenate", "concatenate", axis=1),
+                            kh.flatten("flatten"), kh.dense("dense", 3)])
+    by_name = {lay["name"]: lay for lay in config["config"]["layers"]}
+    by_name["conv_b"]["inbound_nodes"] = [[["input_1", 0, 0, {}]]]
+    by_name["concatenate"]["inbound_nodes"] = [[["conv_a", 0, 0, {}], ["conv_b", 0, 0, {}]]]
+    weights = {"conv_a": conv_weights(rng, "conv_a", 3, 3, 1, 2), "conv_b": conv_weights(rng, "conv_b", 3, 3, 1, 2),
+               "dense": dense_weights(rng, "dense", 12 * 6 * 2, 3)}
+    src = tmp_path / "rows.h5"
+    kh.save_model(src, config, weights, layer_names=kh.model_layer_names(config))
+    rc, o, e = run(capsys, "keras", src, "-o", tmp_path / "rows.json", "--input-shape", "1,6,6")
+    assert rc == 1 and "layer 'concatenate' (Concatenate): concatenates along axis 1" in e, e
+    assert not (tmp_path / "rows.json").exists()
 
 
 # --------------------------------------------------------------------------------------------------

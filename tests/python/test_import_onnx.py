@@ -223,8 +223,10 @@ class Unsupported(nn.Module):
         k = self.kind
         if k == "LeakyRelu":
             x = nn.functional.leaky_relu(x, 0.1)
-        elif k == "Mul":
-            x = torch.relu(x) * 2.0
+        elif k == "RDiv":
+            x = torch.tensor(2.0) / (torch.relu(x) + 1.0)  # a Div with the constant first
+        elif k == "cat_rows":
+            x = torch.cat([x, torch.relu(x)], 2)
         elif k == "Resize":
             x = nn.functional.interpolate(x, scale_factor=2.0, mode="nearest")
         elif k == "group":
@@ -240,7 +242,9 @@ class Unsupported(nn.Module):
 
 @pytest.mark.parametrize("kind,want", [
     ("LeakyRelu", "(op LeakyRelu, output '/LeakyRelu_output_0'): op LeakyRelu is not supported"),
-    ("Mul", "(op Mul, output '/Mul_output_0'): a constant Mul is only supported right after a Conv or Gemm/MatMul"),
+    ("RDiv", "(op Div, output '/Div_output_0'): a constant divided by a computed value is not supported"),
+    ("cat_rows", "(op Concat, output '/Concat_output_0'): concatenates per-sample [[4, 6, 6], [4, 6, 6]] along "
+                 "axis 2; format v1's concat joins channels"),
     ("Resize", "op Resize is not supported"),
     ("group", "(op Conv, output '/grouped/Conv_output_0'): group=2 is not supported"),
     ("ceil_mode", "(op MaxPool, output '/MaxPool_output_0'): ceil_mode=1 is not supported"),
@@ -324,10 +328,55 @@ def test_channels_last_graph(tmp_path, capsys, no_channel):
     assert not np.array_equal(m.tensors["dense.weight"], arrays["D"].T)
 
 
-def test_batchnorm_that_cannot_fold_is_named(tmp_path, capsys):
+def test_batchnorm_that_cannot_fold_becomes_scale_shift(tmp_path, capsys):
+    """A BatchNormalization after a Relu has no Conv/Gemm to fold into: a scale_shift node, its
+    scale and shift computed in float64 (scale = g / sqrt(v + eps), shift = b - m * scale)."""
     model, _ = _channels_last_model(np.random.default_rng(31), extra="bn_after_relu")
     src = tmp_path / "bn.onnx"
     onnx.save(model, src)
-    rc, o, e = run(capsys, "onnx", src, "-o", tmp_path / "bn.json")
-    assert rc == 1 and "ONNX node 'bn' (op BatchNormalization" in e and "only supported right after a Conv" in e, e
-    assert not (tmp_path / "bn.json").exists()
+    out = tmp_path / "bn.json"
+    rc, o, e = run(capsys, "onnx", src, "-o", out, "--check-count", "64")
+    assert_checked(rc, o, e)
+    m = mf.read_model(out)
+    assert [n["op"] for n in m.graph["nodes"]] == ["conv2d", "relu", "scale_shift", "flatten", "dense"]
+    scale = 1.5 / np.sqrt(np.float64(np.float32(2.0)) + 1e-5)
+    np.testing.assert_array_equal(m.tensors["bn.scale"], np.full(3, scale, np.float32))
+    np.testing.assert_array_equal(m.tensors["bn.shift"],
+                                  np.full(3, np.float64(np.float32(0.1)) - np.float64(np.float32(0.2)) * scale,
+                                          np.float32))
+
+
+class Branches(nn.Module):
+    """torch.cat of two conv branches along channels, max pooling, BatchNorm2d (no Conv before it),
+    a padded conv, a scalar Mul and Add (a scale_shift each), BatchNorm1d after Flatten."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.a, self.b = nn.Conv2d(1, 3, 3, padding=1), nn.Conv2d(1, 2, 1)
+        self.bn = nn.BatchNorm2d(5)
+        self.c = nn.Conv2d(5, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm1d(4 * 4 * 4)
+        self.fc = nn.Linear(4 * 4 * 4, 6)
+        for bn in (self.bn, self.bn1):  # running statistics other than the defaults
+            bn.running_mean.uniform_(-0.2, 0.2)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        x = torch.cat([torch.relu(self.a(x)), torch.tanh(self.b(x))], 1)
+        x = self.bn(torch.max_pool2d(x, 2))
+        x = torch.relu(self.c(x)) * 0.5 + 0.25
+        return self.fc(self.bn1(torch.flatten(x, 1)))
+
+
+@pytest.mark.parametrize("opset", [9, 13])
+def test_concat_and_batchnorm_after_pooling(tmp_path, capsys, opset):
+    src = to_onnx(Branches(), tmp_path / "branches.onnx", (1, 1, 8, 8), opset=opset)
+    out = tmp_path / "branches.json"
+    rc, o, e = run(capsys, "onnx", src, "-o", out, "--check-count", "64")
+    assert_checked(rc, o, e)
+    ops = [n["op"] for n in mf.read_model(out).graph["nodes"]]
+    assert ops.count("concat") == 1 and ops.count("scale_shift") == 4, ops
+    assert ops.index("concat") < ops.index("maxpool") < ops.index("scale_shift")

@@ -104,10 +104,25 @@ class Elementwise(nn.Module):
             return torch.softmax(x, dim=1)
         if op == "add":
             return x + xs[1]
+        if op == "concat":
+            return torch.cat(xs, dim=1)  # the first per-sample dimension: channels or features
         raise AssertionError(op)
 
     def extra_repr(self):
         return self.op
+
+
+class ScaleShift(nn.Module):
+    """y = x * scale[c] + shift[c], c the first per-sample dimension (dim 1 of the batch)."""
+
+    def __init__(self, scale, shift):
+        super().__init__()
+        self.scale = nn.Parameter(torch.from_numpy(scale.copy()), requires_grad=False)
+        self.shift = nn.Parameter(torch.from_numpy(shift.copy()), requires_grad=False)
+
+    def forward(self, x):
+        view = (1, -1) + (1,) * (x.dim() - 2)
+        return x * self.scale.reshape(view) + self.shift.reshape(view)
 
 
 class Preprocess(nn.Module):
@@ -162,6 +177,8 @@ class GraphModule(nn.Module):
                 layers.append(AvgPool(attrs))
             elif op == "maxpool":
                 layers.append(MaxPool(attrs))
+            elif op == "scale_shift":
+                layers.append(ScaleShift(tensors[roles["scale"]], tensors[roles["shift"]]))
             else:
                 layers.append(Elementwise(op))
             self.node_names.append(n["name"])

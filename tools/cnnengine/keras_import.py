@@ -392,6 +392,7 @@ class _V:
     hwc: tuple | None = None     # a flat value in Keras' NHWC flatten order of this (H, W, C) map
     aff: tuple | None = None     # pending (scale, shift) over the last axis, to fold into the next linear layer
     aff_from: str | None = None  # the layer(s) that affine came from, for messages
+    aff_name: str | None = None  # the first of those layers' name: a scale_shift node made of it is named so
     pad: list | None = None      # a ZeroPadding2D [t, b, l, r] waiting for the next Conv2D/AveragePooling2D
 
 
@@ -399,13 +400,8 @@ IDENTITY_LAYERS = ("InputLayer", "Dropout", "SpatialDropout1D", "SpatialDropout2
                    "GaussianDropout", "AlphaDropout", "ActivityRegularization")
 SUPPORTED_LAYERS = ("InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, "
                     "ZeroPadding2D, Flatten, Reshape, Dense, "
-                    "Activation, ReLU, Softmax, BatchNormalization, Rescaling, Add, Dropout and the other "
-                    "inference no-ops (" + ", ".join(IDENTITY_LAYERS[2:]) + ")")
-AFFINE_REWRITE = ("format v1 has no per-channel scale-and-shift op, so a BatchNormalization or Rescaling is "
-                  "folded into the Conv2D/Dense just before it (one with activation 'linear', read by nothing "
-                  "else) or into the next Dense or 'valid' Conv2D (through Dropout, Flatten, AveragePooling2D "
-                  "and, for positive scales, MaxPooling2D); rewrite: move the activation after the "
-                  "BatchNormalization (Conv2D(activation=None), BatchNormalization, Activation)")
+                    "Activation, ReLU, Softmax, BatchNormalization, Rescaling, Add, Concatenate (channel axis), "
+                    "Dropout and the other inference no-ops (" + ", ".join(IDENTITY_LAYERS[2:]) + ")")
 
 
 def _bn_affine(c: dict, arrays: dict[str, np.ndarray], names: list[str], channels: int, where: str):
@@ -537,11 +533,29 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
         if kernel.ndim == 2:  # Dense [in, out]: W (s*x + t) + b
             new_k, new_b = k64 * scale[:, None], b64 + shift @ k64
         else:  # Conv2D HWIO without padding: each input channel scaled and shifted
-            if not conv_valid:
+            if not conv_valid:  # pragma: no cover - callers apply the affine first (materialize_aff)
                 raise ImportFailure(f"{where}: cannot take the scale and shift of {v.aff_from}: its padding "
-                                    f"would see shifted zeros; {AFFINE_REWRITE}")
+                                    "would see shifted zeros")
             new_k, new_b = k64 * scale[None, None, :, None], b64 + np.einsum("hwio,i->o", k64, shift)
         return new_k.astype(np.float32), new_b.astype(np.float32)
+
+    def materialize_aff(v: _V) -> _V:
+        """`v` with its pending scale and shift applied by a scale_shift node (where no linear layer can
+        take them exactly), or `v` itself when none is pending."""
+        if v is None or v.aff is None:
+            return v
+        scale, shift = v.aff
+        if len(v.k) == 1 and len(v.e) != 1:
+            v = flat_value(v, v.aff_name)  # a flat Keras vector the engine still holds as a [1, H, W] map
+        if v.hwc is not None:
+            # Keras' flat order is (h, w, c), the engine's (c, h, w): per-feature values follow the engine's.
+            perm = nhwc_to_chw_rows(*v.hwc)
+            scale, shift = scale[perm], shift[perm]
+        if len(scale) != v.e[0]:  # pragma: no cover - the per-channel vectors follow the value's channels
+            raise ImportFailure(f"{v.aff_from}: {len(scale)} scales for a value of shape {list(v.e)}")
+        node = emit(v.aff_name, "scale_shift", [v.fv],
+                    params={"scale": scale.astype(np.float32), "shift": shift.astype(np.float32)})
+        return dataclasses.replace(v, fv=node, sole=True, aff=None, aff_from=None, aff_name=None)
 
     def add_act(lname, act, v: _V) -> _V:
         if act == "linear":
@@ -550,6 +564,42 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             raise ImportFailure(f"layer '{lname}': softmax over a {len(v.k)}-D map is not supported")
         node = emit(f"{lname}_{act}", ACTIVATIONS[act], [v.fv])
         return dataclasses.replace(v, fv=node, sole=True)
+
+    def concatenate(lname, where, c, ins: list[_V]) -> _V:
+        """A concat node along the engine's channels: Keras' channel axis of [H, W, C] maps, or the
+        feature axis of flat vectors (axis -1 either way, with the batch axis counted)."""
+        if len(ins) < 2:
+            raise ImportFailure(f"{where}: concatenates {len(ins)} tensor; format v1's concat needs 2 or more")
+        ins = [materialize_aff(x) for x in ins]
+        for x in ins:
+            if x.pad is not None:
+                raise ImportFailure(f"{where}: an input still carries a ZeroPadding2D, which only a following "
+                                    "Conv2D or AveragePooling2D can take")
+        rank = len(ins[0].k)
+        if any(len(x.k) != rank for x in ins):
+            raise ImportFailure(f"{where}: concatenates tensors of shapes {[list(x.k) for x in ins]}; "
+                                "their ranks differ")
+        axis = c.get("axis", -1)
+        if axis not in (-1, rank):
+            raise ImportFailure(f"{where}: concatenates along axis {axis} of {[list(x.k) for x in ins]}; format "
+                                "v1's concat joins channels only (axis -1 of [H, W, C] maps, or of flat vectors)")
+        if any(tuple(x.k[:-1]) != tuple(ins[0].k[:-1]) for x in ins):
+            raise ImportFailure(f"{where}: concatenates shapes {[list(x.k) for x in ins]}; all but the last "
+                                "dimension must be equal")
+        if rank == 1:
+            if any(x.hwc is not None for x in ins):
+                raise ImportFailure(f"{where}: concatenates flattened channels-last maps, whose element order the "
+                                    "engine (which flattens channels first) does not keep across the join; "
+                                    "rewrite: concatenate the maps along channels, then Flatten")
+            ins = [flat_value(x, lname) for x in ins]
+        total = int(sum(x.k[-1] for x in ins))
+        node = emit(lname, "concat", [x.fv for x in ins])
+        if rank == 1:
+            return _V(node, (total,), (total,))
+        if rank != 3:  # pragma: no cover - Keras tensors here are flat vectors or [H, W, C] maps
+            raise ImportFailure(f"{where}: concatenates rank-{rank} tensors")
+        h, w = ins[0].k[0], ins[0].k[1]
+        return _V(node, (h, w, total), (total, h, w))
 
     if input_layer is None:  # a Sequential model whose first layer states the input shape
         input_layer = "<input>"
@@ -575,8 +625,9 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             v = dataclasses.replace(v, sole=v.sole and alone)
         if v is not None and v.aff is not None and cls not in IDENTITY_LAYERS + (
                 "BatchNormalization", "Rescaling", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten",
-                "GlobalAveragePooling2D", "GlobalMaxPooling2D"):
-            raise ImportFailure(f"{where}: follows {v.aff_from}, which cannot be folded into it; {AFFINE_REWRITE}")
+                "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Add", "Concatenate"):
+            # No linear layer ahead takes the scale and shift exactly: a scale_shift node applies them.
+            v = materialize_aff(v)
         if v is not None and v.pad is not None and cls not in ("Conv2D", "AveragePooling2D") + IDENTITY_LAYERS:
             raise ImportFailure(f"{where}: a ZeroPadding2D can only precede Conv2D or AveragePooling2D here")
 
@@ -595,8 +646,6 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
                     if isinstance(p[0], (list, tuple)) else ((p[0], p[0]), (p[1], p[1]))
             if v.pad is not None:
                 raise ImportFailure(f"{where}: two ZeroPadding2D layers in a row are not supported")
-            if v.aff is not None:
-                raise ImportFailure(f"{where}: follows {v.aff_from}; {AFFINE_REWRITE}")
             k_new = (v.k[0] + t + b, v.k[1] + l + r, v.k[2])
             if v.fv == spec["name"] and not nodes and v.sole and rescale_fold is None:
                 input_pad = [a_ + q for a_, q in zip(input_pad, (t, b, l, r))]
@@ -627,9 +676,11 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
                 raise ImportFailure(f"{where}: padding {padding!r} is not supported (valid, same)")
             oh = (h + pads[0] + pads[1] - kh) // sh + 1
             ow = (w + pads[2] + pads[3] - kw) // sw + 1
+            if v.aff is not None and (padding != "valid" or v.pad is not None):
+                # Padding would see shifted zeros: the scale and shift run before the convolution.
+                v = materialize_aff(v)
             if v.aff is not None:
-                kernel, bias = fold_affine_into(v, kernel, bias, where,
-                                                conv_valid=padding == "valid" and v.pad is None)
+                kernel, bias = fold_affine_into(v, kernel, bias, where, conv_valid=True)
             if v.pad:  # `v.k` already includes the pending ZeroPadding2D, which the node's padding absorbs
                 pads = [a_ + q for a_, q in zip(pads, v.pad)]
             node = emit(lname, "conv2d", [v.fv], {"out_channels": int(c["filters"]), "kernel": [kh, kw],
@@ -642,15 +693,14 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             h, w, ch = v.k
             is_max = cls == "GlobalMaxPooling2D"
             if is_max and v.aff is not None and not np.all(v.aff[0] > 0):
-                raise ImportFailure(f"{where}: follows {v.aff_from} with a negative or zero scale, which does "
-                                    f"not commute with max pooling; {AFFINE_REWRITE}")
+                v = materialize_aff(v)  # a non-positive scale does not commute with the maximum
             if v.pad is not None:
                 raise ImportFailure(f"{where}: a ZeroPadding2D before global pooling is not supported")
             attrs = {"kernel": [h, w], "stride": [1, 1], "padding": [0, 0, 0, 0]}
             if not is_max:
                 attrs["count_include_pad"] = False
             node = emit(lname, "maxpool" if is_max else "avgpool", [v.fv], attrs)
-            pooled = _V(node, (1, 1, ch), (ch, 1, 1), aff=v.aff, aff_from=v.aff_from)
+            pooled = _V(node, (1, 1, ch), (ch, 1, 1), aff=v.aff, aff_from=v.aff_from, aff_name=v.aff_name)
             if c.get("keepdims", False):
                 values[lname] = pooled
             else:  # [C]: the flatten of a 1x1 map has the same order in Keras and the engine
@@ -671,8 +721,7 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             ow = (w + pads[2] + pads[3] - kw) // sw + 1
             if cls == "MaxPooling2D":
                 if v.aff is not None and not np.all(v.aff[0] > 0):
-                    raise ImportFailure(f"{where}: follows {v.aff_from} with a negative or zero scale, which does "
-                                        f"not commute with max pooling; {AFFINE_REWRITE}")
+                    v = materialize_aff(v)  # a non-positive scale does not commute with the maximum
                 attrs = {"kernel": [kh, kw], "stride": [sh, sw], "padding": pads}
                 op = "maxpool"
             else:
@@ -688,7 +737,7 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
                 raise ImportFailure(f"{where}: pool {kh}x{kw} does not fit the {h}x{w} input")
             node = emit(lname, op, [v.fv], attrs)
             # A per-channel affine commutes with averaging and (positive scales) with the maximum.
-            values[lname] = _V(node, (oh, ow, ch), (ch, oh, ow), aff=v.aff, aff_from=v.aff_from)
+            values[lname] = _V(node, (oh, ow, ch), (ch, oh, ow), aff=v.aff, aff_from=v.aff_from, aff_name=v.aff_name)
         elif cls in ("Flatten", "Reshape"):
             if cls == "Reshape":
                 target = [int(d) for d in c["target_shape"]]
@@ -715,8 +764,7 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             if len(t3) != 3:
                 raise ImportFailure(f"{where}: reshape to {c['target_shape']} is not supported (only to [K], "
                                     "[H, W] or [H, W, C])")
-            if v.aff is not None:
-                raise ImportFailure(f"{where}: follows {v.aff_from}; {AFFINE_REWRITE}")
+            v = materialize_aff(v)
             if len(v.k) == 3 and tuple(v.k) == t3:
                 values[lname] = v
             elif len(v.k) == 1 and v.hwc is None and len(v.e) == 3 and tuple(v.e) == (t3[2], t3[0], t3[1]) \
@@ -785,7 +833,8 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
                 if v.aff is not None:
                     scale, shift = v.aff[0] * scale, v.aff[1] * scale + shift
                 src_txt = f"{where}" if v.aff is None else f"{v.aff_from} and {where}"
-                values[lname] = dataclasses.replace(v, aff=(scale, shift), aff_from=src_txt)
+                values[lname] = dataclasses.replace(v, aff=(scale, shift), aff_from=src_txt,
+                                                    aff_name=v.aff_name if v.aff is not None else lname)
         elif cls == "Activation":
             act = _act_name(c.get("activation"), where)
             if act == "linear":
@@ -810,11 +859,11 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
         elif cls == "Add":
             if len(ins) != 2:
                 raise ImportFailure(f"{where}: adds {len(ins)} tensors; only 2 are supported")
-            a_, b_ = ins
             for x in ins:
-                if x.aff is not None or x.pad is not None:
-                    raise ImportFailure(f"{where}: an input still carries {x.aff_from or 'a ZeroPadding2D'}; "
-                                        f"{AFFINE_REWRITE}")
+                if x.pad is not None:
+                    raise ImportFailure(f"{where}: an input still carries a ZeroPadding2D, which only a following "
+                                        "Conv2D or AveragePooling2D can take")
+            a_, b_ = [materialize_aff(x) for x in ins]
             if a_.k != b_.k or a_.hwc != b_.hwc:
                 raise ImportFailure(f"{where}: adds shapes {list(a_.k)} and {list(b_.k)}; only equal shapes")
             if len(a_.e) != len(b_.e):
@@ -822,17 +871,14 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
             node = emit(lname, "add", [a_.fv, b_.fv])
             values[lname] = _V(node, a_.k, a_.e, hwc=a_.hwc)
         elif cls == "Concatenate":
-            raise ImportFailure(f"{where}: format v1 has no concat op yet (the planned format change adds one "
-                                "along channels); no rewrite within format v1")
+            values[lname] = concatenate(lname, where, c, ins)
         else:
             raise ImportFailure(f"{where}: no format-v1 op for this layer (supported: {SUPPORTED_LAYERS})")
 
     out = values[out_layer]
     if out.pad is not None:
         raise ImportFailure("the model ends with a ZeroPadding2D layer")
-    if out.aff is not None:
-        raise ImportFailure(f"the model ends with {out.aff_from}, which cannot be folded into a layer before it; "
-                            f"{AFFINE_REWRITE}")
+    out = materialize_aff(out)
     if out.hwc is not None:
         raise ImportFailure("the model's output is a flattened channels-last map, whose element order the "
                             "engine (which flattens channels first) does not reproduce")
@@ -1095,12 +1141,13 @@ def register(sub) -> None:
                       "(model.save_weights) with --arch MODEL.json or --like GRAPH.json",
         description="Import a Keras model without TensorFlow: Keras 3 .keras zips (weights matched by Keras 3's "
                     "layers/<class>[_N] paths) and .h5 files written by Keras 2.2-2.15 or Keras 3; Sequential and "
-                    "Functional models (one input, one output, branches joined by Add). Layers: " + SUPPORTED_LAYERS +
-                    "; activations linear, relu, tanh, sigmoid, softmax. Inputs [H, W, C], [H, W] (one channel) or "
-                    "flat [K] (the raw image is [C, H, W]; 784 -> [1, 28, 28]). Format v1 has no scale-and-shift or "
-                    "concat op: BatchNormalization and Rescaling are folded into the Conv2D/Dense before them, the "
-                    "next Dense or 'valid' Conv2D, or (a leading Rescaling) the input preprocessing, and refused "
-                    "with a rewrite where no fold is exact; Concatenate is refused. Keras files do not record input "
+                    "Functional models (one input, one output, branches joined by Add or Concatenate). Layers: " +
+                    SUPPORTED_LAYERS + "; activations linear, relu, tanh, sigmoid, softmax. Inputs [H, W, C], [H, W] "
+                    "(one channel) or flat [K] (the raw image is [C, H, W]; 784 -> [1, 28, 28]). "
+                    "BatchNormalization and Rescaling are folded into the Conv2D/Dense before them, the "
+                    "next Dense or 'valid' Conv2D, or (a leading Rescaling) the input preprocessing, and become a "
+                    "scale_shift node where no fold is exact; Concatenate along the channel axis becomes a concat "
+                    "node. Keras files do not record input "
                     "preprocessing: state it with --scale (default 1/255, or 1 when the model starts with "
                     "Rescaling), --mean, --std and --pad. The check runs Keras itself for files Keras 3 wrote (when "
                     "installed), else an independent NumPy NHWC implementation of the layers, next to the "

@@ -243,6 +243,8 @@ def predict(model_config: dict, weights, x: np.ndarray) -> np.ndarray:
             v = args[0]
             for other in args[1:]:
                 v = (v + other).astype(F32)
+        elif cls == "Concatenate":
+            v = np.concatenate(args, axis=c.get("axis", -1)).astype(F32)
         elif cls == "Activation":
             v = activation(v, c["activation"])
         elif cls == "ReLU":

@@ -26,7 +26,9 @@ FORMAT = "cnn-engine-model"
 VERSION = 1
 MAX_GRAPH_BYTES = 16 * 1024 * 1024
 MAX_VALUE_ELEMENTS = 2**31 - 1
-OPS = ("conv2d", "avgpool", "maxpool", "relu", "tanh", "sigmoid", "flatten", "dense", "softmax", "add")
+OPS = ("conv2d", "avgpool", "maxpool", "relu", "tanh", "sigmoid", "flatten", "dense", "softmax", "add",
+       "scale_shift", "concat")
+MAX_CONCAT_INPUTS = 4096
 
 # Per op: (required attrs, optional attrs, required tensor roles, optional tensor roles, input count)
 _OP_RULES = {
@@ -40,6 +42,8 @@ _OP_RULES = {
     "dense": ({"units"}, set(), {"weight"}, {"bias"}, 1),
     "softmax": (set(), set(), set(), set(), 1),
     "add": (set(), set(), set(), set(), 2),
+    "scale_shift": (set(), set(), {"scale", "shift"}, set(), 1),
+    "concat": (set(), set(), set(), set(), None),  # 2 to MAX_CONCAT_INPUTS inputs
 }
 
 
@@ -249,7 +253,10 @@ def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "m
         req_a, opt_a, req_t, opt_t, n_in = _OP_RULES[n["op"]]
         if not isinstance(n["inputs"], list) or not all(isinstance(x, str) for x in n["inputs"]):
             chk.fail("inputs must be an array of strings", nname)
-        if len(n["inputs"]) != n_in:
+        if n_in is None:
+            if not 2 <= len(n["inputs"]) <= MAX_CONCAT_INPUTS:
+                chk.fail(f"op {n['op']} takes 2 to {MAX_CONCAT_INPUTS} inputs, has {len(n['inputs'])}", nname)
+        elif len(n["inputs"]) != n_in:
             chk.fail(f"op {n['op']} takes {n_in} input(s), has {len(n['inputs'])}", nname)
         chk.keys(n.get("attrs", {}), "attrs", req_a, opt_a, nname)
         chk.keys(n.get("tensors", {}), "tensors", req_t, opt_t, nname)
@@ -322,6 +329,16 @@ def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "m
             if ins[0] != ins[1]:
                 chk.fail(f"add needs equal shapes, gets {list(ins[0])} and {list(ins[1])}", name)
             expect, out = {}, x
+        elif op == "scale_shift":
+            # One scale and one shift per channel: the first dimension of the value.
+            expect, out = {"scale": (x[0],), "shift": (x[0],)}, x
+        elif op == "concat":
+            for v, other in zip(n["inputs"][1:], ins[1:]):
+                if len(other) != len(x) or tuple(other[1:]) != tuple(x[1:]):
+                    chk.fail(f"concat joins along the first (channel) dimension, so every other dimension "
+                             f"must be equal, but '{n['inputs'][0]}' is {list(x)} and '{v}' is {list(other)}",
+                             name)
+            expect, out = {}, (sum(s[0] for s in ins),) + tuple(x[1:])
         else:  # pragma: no cover - OPS and this chain are kept in step
             raise AssertionError(op)
         if _elements(out) > MAX_VALUE_ELEMENTS:

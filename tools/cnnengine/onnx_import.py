@@ -28,7 +28,7 @@ from .import_common import ImportFailure
 
 SUPPORTED = ("Conv", "AveragePool", "MaxPool", "Gemm", "MatMul", "Add", "Relu", "Tanh", "Sigmoid", "Flatten",
              "Reshape", "Softmax", "Pad", "Identity", "Transpose", "Unsqueeze", "BatchNormalization", "Sub", "Mul",
-             "Div", "Dropout", "GlobalAveragePool", "GlobalMaxPool")
+             "Div", "Dropout", "GlobalAveragePool", "GlobalMaxPool", "Concat")
 FOLDABLE = ("Constant", "ConstantOfShape", "Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice",
             "Transpose", "Cast", "Reshape", "Identity", "Add", "Sub", "Mul", "Div", "Flatten")
 BATCH = 1_000_000_007  # stands for the (unknown) batch size in folded shapes
@@ -171,6 +171,31 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
                                 f"'{node['name']}' ({n_out} channels)")
         return np.broadcast_to(b.reshape(-1), (n_out,)).copy() if b.size == 1 else b.reshape(-1).copy()
 
+    def per_channel_of(x: _Data, b, where, what):
+        """A constant broadcast against the computed value `x` as one value per engine channel (or
+        feature of a flat value), in the engine's order; anything else is an error."""
+        b = np.asarray(b, np.float64)
+        shape = x.onnx_shape()
+        n_ch = x.shape[0]
+        if b.size == 1:
+            return np.full(n_ch, float(b.reshape(-1)[0]))
+        dims = (1,) * (len(shape) + 1 - b.ndim) + tuple(b.shape) if b.ndim <= len(shape) + 1 else None
+        if x.layout == "nhwc":  # channels are ONNX's last axis
+            ok = dims is not None and dims[-1] == n_ch and all(d == 1 for d in dims[:-1])
+        elif x.layout == "nchw":  # channels (or features) are ONNX's axis 1
+            ok = dims is not None and dims[0] == 1 and dims[1] == n_ch and all(d == 1 for d in dims[2:])
+        else:
+            ok = False
+        if not ok:
+            raise ImportFailure(f"{where}: {what} of shape {list(b.shape)} is not one value per channel of the "
+                                f"per-sample {list(shape)} value it applies to")
+        v = b.reshape(-1).copy()
+        if x.hwc is not None:
+            # A flat value in NHWC order: the engine's feature (c, h, w) is ONNX's (h, w, c).
+            h, w_, c = x.hwc
+            v = v[np.arange(h * w_ * c).reshape(h, w_, c).transpose(2, 0, 1).reshape(-1)]
+        return v
+
     def fold_affine(node, scale, shift):
         """node's output y becomes scale * y + shift (per channel/unit), in its weight and bias."""
         wt = node["tensors"]["weight"]
@@ -204,9 +229,6 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
             full = np.asarray((BATCH,) + data[ins[0]].onnx_shape(), np.int64)
             consts[n.output[0]] = full[a.get("start", 0):a.get("end", None)]
             continue
-        if op == "Concat" and any(is_data):
-            raise ImportFailure(f"{where}: format v1 has no concat op (the planned format change adds one along "
-                                "channels); parallel branches can only be joined by Add")
         if n.domain not in ("", "ai.onnx") or op not in SUPPORTED:
             raise ImportFailure(f"{where}: op {op}{' (domain ' + n.domain + ')' if n.domain else ''} is not "
                                 f"supported; supported ops: {', '.join(SUPPORTED)}")
@@ -345,40 +367,91 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
             node = emit(n, "add", x, extra_inputs=(y.value,))
             data[out] = _Data(node["name"], x.shape, layout=x.layout, hwc=x.hwc)
         elif op in ("Add", "Sub", "Mul", "Div", "BatchNormalization"):
-            # A per-channel constant affine after a Conv or Gemm/MatMul (CNTK's separate bias Add,
-            # MatMul + Add, an exported BatchNormalization): folded into that node.
+            # A per-channel constant affine: folded into the Conv or Gemm/MatMul just before it when
+            # nothing else reads that node's output (CNTK's separate bias Add, MatMul + Add, an exported
+            # BatchNormalization after a convolution), else a scale_shift node (BatchNorm after pooling).
             di = 0 if is_data[0] else 1
             src = ins[di]
             node = foldable.pop(src, None)
+            x = None
             if node is None:
-                raise ImportFailure(f"{where}: {'a BatchNormalization' if op == 'BatchNormalization' else 'a constant ' + op} "
-                                    "is only supported right after a Conv or Gemm/MatMul whose output nothing else "
-                                    "reads (it is folded into that node's weight and bias; format v1 has no "
-                                    "scale-and-shift op)")
+                x = as_flat_or_map(resolved(data[src], op))
+                if op == "BatchNormalization" and x.layout != "nchw":
+                    raise ImportFailure(f"{where}: a BatchNormalization of a value the graph holds as "
+                                        f"{list(x.onnx_shape())} ({x.layout}) normalizes axis 1, which is not the "
+                                        "engine's channel axis here")
+
+            def channel_values(b, what):
+                v = per_channel(node, b, where, what) if node is not None else per_channel_of(x, b, where, what)
+                return v.astype(np.float64)
+            def bn_param(i, what):
+                # BatchNormalization's parameters are 1-D, one per channel (ONNX axis 1), not broadcast.
+                channels = x.shape[0] if node is None else (node["attrs"]["out_channels"] if node["op"] == "conv2d"
+                                                            else node["attrs"]["units"])
+                v = np.asarray(const(i, what), np.float64)
+                if v.ndim != 1 or v.shape[0] != channels:
+                    raise ImportFailure(f"{where}: {what} has shape {list(v.shape)}, expected [{channels}] "
+                                        "(one per channel)")
+                return v
             if op == "BatchNormalization":
                 if di != 0 or len(n.output) > 1 and any(n.output[1:]) or a.get("training_mode", 0):
                     raise ImportFailure(f"{where}: only inference-mode BatchNormalization (one output) is supported")
-                gamma, beta, mean, var = (per_channel(node, const(i, nm), where, nm).astype(np.float64)
+                gamma, beta, mean, var = (bn_param(i, nm)
                                           for i, nm in ((1, "scale"), (2, "B"), (3, "mean"), (4, "var")))
+                # In float64, stored as float32: scale = gamma / sqrt(var + eps), shift = beta - mean * scale.
                 scale = gamma / np.sqrt(var + float(a.get("epsilon", 1e-5)))
                 shift = beta - mean * scale
             else:
-                cst = per_channel(node, const(1 - di, f"the {op} operand"), where, f"the {op} operand")
+                cst = channel_values(const(1 - di, f"the {op} operand"), f"the {op} operand")
                 ones = np.ones_like(cst)
                 if op == "Add":
                     scale, shift = ones, cst
                 elif op == "Sub" and di == 0:
                     scale, shift = ones, -cst
+                elif op == "Sub":
+                    scale, shift = -ones, cst  # constant - x
                 elif op == "Mul":
                     scale, shift = cst, np.zeros_like(cst)
                 elif op == "Div" and di == 0:
                     scale, shift = 1.0 / cst, np.zeros_like(cst)
                 else:
-                    raise ImportFailure(f"{where}: a constant minus/divided by a computed value is not supported")
-            fold_affine(node, scale, shift)
-            data[out] = data[src]
-            if consumers.get(out, 0) == 1:
-                foldable[out] = node
+                    raise ImportFailure(f"{where}: a constant divided by a computed value is not supported")
+            if node is not None:
+                fold_affine(node, scale, shift)
+                data[out] = data[src]
+                if consumers.get(out, 0) == 1:
+                    foldable[out] = node
+            else:
+                ss = emit(n, "scale_shift", x, params={"scale": scale.astype(np.float32),
+                                                       "shift": shift.astype(np.float32)})
+                data[out] = _Data(ss["name"], x.shape, layout=x.layout, hwc=x.hwc)
+        elif op == "Concat":
+            if not all(is_data):
+                raise ImportFailure(f"{where}: joins computed values with constants; format v1's concat joins "
+                                    "computed values only")
+            xs = [as_flat_or_map(resolved(data[v], op)) for v in ins]
+            first = xs[0]
+            rank = len(first.onnx_shape()) + 1  # with the batch axis
+            axis = int(a.get("axis", 1))
+            axis = axis + rank if axis < 0 else axis
+            channel_axis = rank - 1 if first.layout == "nhwc" else 1
+            shapes = [list(x.onnx_shape()) for x in xs]
+            if any(x.layout != first.layout for x in xs) or first.layout not in ("nchw", "nhwc"):
+                raise ImportFailure(f"{where}: joins values held as {[x.layout for x in xs]}; only values all "
+                                    "channels-first or all channels-last are supported")
+            if axis != channel_axis:
+                raise ImportFailure(f"{where}: concatenates per-sample {shapes} along axis {a.get('axis', 1)}; "
+                                    "format v1's concat joins channels (axis 1 of [N, C, H, W] or [N, K], "
+                                    "axis 3 of channels-last [N, H, W, C])")
+            if any(x.hwc is not None for x in xs):
+                raise ImportFailure(f"{where}: concatenates flattened channels-last maps, whose element order the "
+                                    "engine (which flattens channels first) does not keep across the join")
+            if any(len(x.shape) != len(first.shape) or tuple(x.shape[1:]) != tuple(first.shape[1:]) for x in xs):
+                raise ImportFailure(f"{where}: concatenates per-sample {shapes}; all but the channel axis must "
+                                    "be equal")
+            node = emit(n, "concat", first, extra_inputs=[x.value for x in xs[1:]])
+            data[out] = _Data(node["name"], (sum(x.shape[0] for x in xs),) + tuple(first.shape[1:]),
+                              layout=first.layout)
         elif op in ("GlobalAveragePool", "GlobalMaxPool"):
             x = resolved(first_data(), op)
             if len(x.shape) != 3 or x.layout != "nchw":
@@ -577,9 +650,10 @@ def register(sub) -> None:
                     "(Shape/Gather/Unsqueeze/Concat shape arithmetic) are evaluated at import time; any other op "
                     "is an error naming the node. Inputs [N, C, H, W], channels-last [N, H, W, C] or [N, H, W] "
                     "(the NHWC<->NCHW Transposes are removed and the first Gemm/MatMul's columns permuted), or "
-                    "[N, K]; a fixed batch size is run as any batch. Format v1 has no scale-and-shift or concat "
-                    "op: BatchNormalization and constant Add/Sub/Mul/Div fold into the Conv or Gemm/MatMul just "
-                    "before them (else an error); Concat of computed values is refused. "
+                    "[N, K]; a fixed batch size is run as any batch. BatchNormalization and per-channel constant "
+                    "Add/Sub/Mul/Div fold into the Conv or Gemm/MatMul just before them, else become a "
+                    "scale_shift node (e.g. BatchNorm after pooling); Concat of computed values along the channel "
+                    "axis becomes a concat node. "
                     "The model's float input becomes a uint8 input with the preprocessing you state "
                     "(--scale, default 1/255; --mean; --std; --pad). The check runs the ONNX model itself "
                     "(onnx.reference if installed, else a NumPy evaluator) next to the graph and the engine.")

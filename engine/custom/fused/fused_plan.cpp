@@ -427,6 +427,13 @@ std::variant<FusedPlan, std::string> plan_fused(const Graph& g, const DeviceShap
   try {
     if (g.outputs.size() != 1) throw NotFused{fmt::format("the graph has {} outputs, not one", g.outputs.size())};
     if (g.nodes.empty()) throw NotFused{"the graph has no nodes"};
+    // The fused kernels have no per-channel affine step and no branch joins: such graphs run the
+    // per-node kernels, and the reason names the first such node.
+    for (const PlannedNode& pn : g.nodes) {
+      const OpType op = pn.node->op;
+      if (op == OpType::ScaleShift || op == OpType::Concat)
+        throw NotFused{fmt::format("node '{}' ({}) has no fused kernel", pn.node->name, formats::op_name(op))};
+    }
     // The chain: node i reads exactly the previous value, which nobody else reads.
     std::vector<int> chain;
     int previous = g.input;

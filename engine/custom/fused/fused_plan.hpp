@@ -6,8 +6,9 @@
 //   [conv2d | avgpool | maxpool | relu | tanh | sigmoid]*  [flatten]  [dense | relu | tanh | sigmoid]*  [softmax]
 // within the limits below, so that one image's activations and the conv weights fit in a block's
 // shared memory. Activations are folded into the epilogue of whatever produced their input (at most
-// kMaxEpilogueActs in a row). Anything else (add, branches, several outputs, a softmax that is not
-// last, a model too big for shared memory) runs the per-node kernels, and the plan says why.
+// kMaxEpilogueActs in a row). Anything else (add, scale_shift, concat, branches, several outputs, a
+// softmax that is not last, a model too big for shared memory) runs the per-node kernels, and the
+// plan says why.
 #include <cstdint>
 #include <optional>
 #include <string>
