@@ -231,4 +231,4 @@ def test_serve_refuses_a_missing_model_before_starting(tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "tools" / "serve"), str(tmp_path / "nope.json")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
-    assert "nope.json" in r.stderr and "serve: error:" in r.stderr
+    assert f"serve: error: {tmp_path / 'nope.json'}: graph file not found" in r.stderr, r.stderr

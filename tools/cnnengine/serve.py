@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             instances = [cnnengine.load(path, backend=args.backend, max_batch=args.max_batch, threads=args.threads)
                          for _ in range(args.instances)]
         except (cnnengine.EngineError, FileNotFoundError, ValueError) as e:
-            print(f"serve: error: {e}", file=sys.stderr)
+            # FileNotFoundError's strerror is the engine's message; str() would prefix "[Errno 2]".
+            print(f"serve: error: {e.strerror if isinstance(e, FileNotFoundError) else e}", file=sys.stderr)
             return 1
         name = instances[0].name
         if name in served:
