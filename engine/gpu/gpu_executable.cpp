@@ -187,12 +187,51 @@ void GpuExecutable::compute(int n) {
   CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream()));
 }
 
-void GpuExecutable::run(const void* input, int n, std::span<float* const> outputs) {
+void GpuExecutable::check_outputs(std::span<float* const> outputs) const {
   if (outputs.size() != graph_.outputs.size())
     throw std::invalid_argument(fmt::format("expected {} output buffers, got {}", graph_.outputs.size(),
                                             outputs.size()));
+}
+
+void GpuExecutable::run(const void* input, int n, std::span<float* const> outputs) {
+  check_outputs(outputs);
   ev_start_.record(stream());
   upload_async(input, n);
+  finish_run(n, outputs);
+}
+
+void GpuExecutable::run_device_input(const void* device_input, int n, std::span<float* const> outputs) {
+  check_outputs(outputs);
+  if (n < 1 || n > max_batch_)
+    throw std::invalid_argument(fmt::format("batch of {} images outside 1..{}", n, max_batch_));
+  // A host pointer or another GPU's memory would fault inside a kernel; say so before launching.
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, device_input) != cudaSuccess) {
+    cudaGetLastError();
+    throw std::invalid_argument("the input is not memory CUDA knows");
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    throw std::invalid_argument("the input is not in GPU memory");
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (attr.device != device)
+    throw std::invalid_argument(
+        fmt::format("the input is on GPU {} but this model runs on GPU {}", attr.device, device));
+  // DLPack hands over a pointer, not the producer's stream: torch or CuPy may still be writing the
+  // input on a stream of theirs. Waiting for the whole device is the one order that holds for all.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  ev_start_.record(stream());
+  float* dst = device_value(graph_.input);
+  const size_t bytes = input_sample_bytes_ * size_t(n);
+  // The same preprocessing kernel as upload_async, reading the caller's memory instead of our copy.
+  if (graph_.model->input.dtype == formats::InputDType::UInt8)
+    preprocess_uint8(static_cast<const uint8_t*>(device_input), dst, n, preprocess_, stream());
+  else
+    CUDA_CHECK(cudaMemcpyAsync(dst, device_input, bytes, cudaMemcpyDeviceToDevice, stream()));
+  finish_run(n, outputs);
+}
+
+void GpuExecutable::finish_run(int n, std::span<float* const> outputs) {
   ev_uploaded_.record(stream());
   compute(n);
   ev_computed_.record(stream());

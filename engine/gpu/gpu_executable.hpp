@@ -40,6 +40,8 @@ class GpuExecutable : public Executable {
   std::unique_ptr<TimePoint> make_time_point() override;
   std::optional<std::string> use_graph_replay(bool on) override;
   bool pin_host_input(const void* data, size_t bytes) override;
+  bool accepts_device_input() const override { return true; }
+  void run_device_input(const void* device_input, int n, std::span<float* const> outputs) override;
 
   cudaStream_t stream() const { return stream_.get(); }
   const Graph& graph() const { return graph_; }
@@ -52,6 +54,10 @@ class GpuExecutable : public Executable {
   int max_batch_;
 
  private:
+  void check_outputs(std::span<float* const> outputs) const;
+  // After the input is in place: compute, download, wait, copy the outputs out, keep the timings.
+  void finish_run(int n, std::span<float* const> outputs);
+
   Stream stream_;
   DeviceBuffer<float> arena_;
   DeviceBuffer<uint8_t> raw_input_;  // uint8 models: pixels as uploaded

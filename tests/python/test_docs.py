@@ -18,7 +18,8 @@ from test_malformed_inputs import engine  # noqa: F401  (the fixture: $ENGINE_BI
 def readme_commands(path, prefix):
     """The lines of the README's code blocks that start with `prefix`, comments removed."""
     lines = []
-    for block in re.findall(r"```(?:sh)?\n(.*?)```", path.read_text(), flags=re.S):
+    # Any fence language: a ```python block must not shift which fences open and which close.
+    for block in re.findall(r"```[\w-]*\n(.*?)```", path.read_text(), flags=re.S):
         lines += [line.split(" #")[0].strip() for line in block.splitlines() if line.startswith(prefix)]
     return lines
 

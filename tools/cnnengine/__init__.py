@@ -1,2 +1,32 @@
-"""Python side of the CNN engine: model format v1 I/O, a PyTorch reference interpreter, the
-seeds' LeNet-5, dataset readers and the exporters. Imports nothing from the C++ build."""
+"""cnnengine: the CNN engine from Python.
+
+The engine itself (a compiled extension, installed by `pip install .`):
+
+    import cnnengine
+    cnnengine.backends()                       # what is built in, and whether each can run here
+    m = cnnengine.load("models/lenet5.json")   # backend=None: the best available, as `engine run`
+    probabilities = m.run(images)              # uint8 [N, H, W] or [N, C, H, W] -> float32 [N, classes]
+    classes = m.predict(images)
+
+and the pure-Python side, which needs no compiled code: model format v1 I/O (model_format), a
+PyTorch reference interpreter, the seeds' LeNet-5, dataset readers, the exporters (export,
+keras_import, onnx_import) and the Triton server behind tools/serve (serve).
+"""
+import pkgutil
+
+# The package's source folder (tools/cnnengine, on sys.path for tools/export and the tests) holds no
+# compiled extension; the copy `pip install .` put into site-packages does. extend_path lets
+# `cnnengine._engine` be found there while the Python modules still come from this folder.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+_RUNTIME_NAMES = ("load", "backends", "Model", "EngineError")
+__all__ = list(_RUNTIME_NAMES)
+
+
+def __getattr__(name):
+    # Loaded on first use: the exporters and the format tools import this package on machines (and
+    # in environments) where the extension was never built.
+    if name in _RUNTIME_NAMES:
+        from . import runtime
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'cnnengine' has no attribute {name!r}")

@@ -5,11 +5,12 @@ import pathlib
 import sys
 
 
-def ensure_venv(script: str) -> None:
+def ensure_venv(script: str, needs=("numpy", "safetensors", "torch")) -> None:
+    """`needs`: the modules the script imports; the first one missing triggers the re-exec."""
+    import importlib
     try:
-        import numpy  # noqa: F401
-        import safetensors  # noqa: F401
-        import torch  # noqa: F401
+        for module in needs:
+            importlib.import_module(module)
         return
     except ImportError as e:
         missing = e.name
