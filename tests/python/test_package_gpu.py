@@ -57,7 +57,12 @@ def test_cuda_tensor_zero_copy_matches_host_input(mnist, backend):
     on_gpu = torch.from_numpy(images).cuda()
     assert np.array_equal(m.run(on_gpu), host)                  # [N, H, W], 3 batches of 1024 and one of 952
     assert np.array_equal(m.run(on_gpu.unsqueeze(1)), host)     # [N, C, H, W]
-    assert np.array_equal(m.run(on_gpu[17:18]), host[17:18])    # N = 1, an offset pointer
+    # N = 1 from an offset pointer, against the same single image from host memory: cuDNN and cuBLAS
+    # pick their kernels by batch size, so the cudnn backend's bits for one image alone may differ in
+    # the last place from the same image inside a batch of 1,024 (the custom backend's do not).
+    assert np.array_equal(m.run(on_gpu[17:18]), m.run(images[17:18]))
+    if backend == "custom":
+        assert np.array_equal(m.run(on_gpu[17:18]), host[17:18])
 
 
 def test_cuda_tensor_written_on_a_side_stream_is_read_after_the_write(mnist):
