@@ -27,6 +27,14 @@ namespace {
 
 namespace cg = cooperative_groups;
 
+// Thread-block clusters exist from sm_90 (Hopper). Below it, the cluster instance compiles as a
+// one-block team and is never launched with clusters (image_chain_max_cluster answers 1).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ENGINE_IMAGE_CHAIN_CLUSTERS 1
+#else
+#define ENGINE_IMAGE_CHAIN_CLUSTERS 0
+#endif
+
 // The blocks that share one image: one block, or (batches of a few images) a thread-block cluster
 // whose blocks split every layer's outputs and store each output into every block's shared memory
 // (distributed shared memory), so each block holds the whole activation for the next layer. An
@@ -35,22 +43,33 @@ template <bool kCluster>
 struct Team {
   int rank = 0, size = 1;
   __device__ Team() {
+#if ENGINE_IMAGE_CHAIN_CLUSTERS
     if constexpr (kCluster) {
       rank = int(cg::this_cluster().block_rank());
       size = int(cg::this_cluster().num_blocks());
     }
+#endif
   }
   __device__ __forceinline__ void sync() const {
-    if constexpr (kCluster) cg::this_cluster().sync();
-    else __syncthreads();
+#if ENGINE_IMAGE_CHAIN_CLUSTERS
+    if constexpr (kCluster) {
+      cg::this_cluster().sync();
+      return;
+    }
+#endif
+    __syncthreads();
   }
 };
 
 struct ClusterStore {
   int size;
   __device__ __forceinline__ void operator()(float* p, float v) const {
+#if ENGINE_IMAGE_CHAIN_CLUSTERS
     cg::cluster_group cluster = cg::this_cluster();
     for (int r = 0; r < size; ++r) *cluster.map_shared_rank(p, r) = v;
+#else
+    *p = v;
+#endif
   }
 };
 
