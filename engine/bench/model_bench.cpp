@@ -8,7 +8,10 @@
 // Time points are CUDA events on the executable's stream for GPU backends and a steady clock on the
 // CPU, recorded between the pieces, so one iteration gives H2D, compute and D2H apart. Every
 // iteration is synchronised before the next (latency, not pipelined throughput); the host time
-// spent enqueuing is kept too, which shows when the GPU waits for launches.
+// spent enqueuing is kept too, which shows when the GPU waits for launches. Executables that
+// overlap batches (GPU, uint8 input) get one more end-to-end case, mode "pipelined": 8 batches
+// streamed through run_batches from page-locked host memory, the host time of the call per batch
+// (uploads overlapping compute: the throughput of a long stream of images).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -128,6 +131,7 @@ class ModelBench {
   void bench_case(Executable& exe, const std::string& backend, int n, const std::string& mode, Scope scope,
                   const InputData& input);
   void one_iteration(Executable& exe, Scope scope, int n, const void* input, Samples& s);
+  void prepare_stream(Executable& exe, int n, const void* input);
   bool outputs_finite(Executable& exe, int n, const void* input);
   Ceiling ceiling(bool on_device, int n) const;
   void profile(Backend& backend, const std::string& name, int n);
@@ -149,6 +153,15 @@ class ModelBench {
   std::unique_ptr<TimePoint> tp_[4];
   size_t header_notes_ = 0;  // notes printed in the header; later ones go after the summary
   bool complete_ = false;    // false in the JSON written after each batch, true in the final one
+  // The "pipelined" end-to-end mode: kStreamBatches batches of n, streamed through run_batches from
+  // page-locked host memory (the next batch's upload overlapping this one's compute).
+  static constexpr int kStreamBatches = 8;
+  bool pipelined_ = false;
+  std::vector<uint8_t> stream_input_;
+  std::vector<std::vector<float>> stream_outputs_;
+  std::vector<float*> stream_pointers_;
+  std::vector<int64_t> stream_elements_;
+  BatchStream stream_;
 };
 
 void ModelBench::check_options() const {
@@ -223,8 +236,42 @@ Ceiling ModelBench::ceiling(bool on_device, int n) const {
   return c;
 }
 
+// The stream's input is the staged batch repeated; it must outlive the executable that page-locks
+// it (bench_backend makes a new executable per batch size after this one is gone).
+void ModelBench::prepare_stream(Executable& exe, int n, const void* input) {
+  const size_t sample_bytes = size_t(formats::element_count(graph_->model->input.raw_shape)) *
+                              (graph_->model->input.dtype == formats::InputDType::UInt8 ? 1 : 4);
+  const size_t batch_bytes = sample_bytes * size_t(n);
+  stream_input_.resize(batch_bytes * kStreamBatches);
+  for (int k = 0; k < kStreamBatches; ++k)
+    std::memcpy(stream_input_.data() + batch_bytes * size_t(k), input, batch_bytes);
+  exe.pin_host_input(stream_input_.data(), stream_input_.size());
+  stream_outputs_.clear();
+  stream_pointers_.clear();
+  stream_elements_.clear();
+  for (size_t i = 0; i < graph_->outputs.size(); ++i) {
+    stream_elements_.push_back(graph_->output_elements(i));
+    stream_outputs_.emplace_back(size_t(graph_->output_elements(i)) * size_t(n) * kStreamBatches);
+    stream_pointers_.push_back(stream_outputs_.back().data());
+  }
+  stream_ = BatchStream{stream_input_.data(), sample_bytes, int64_t(n) * kStreamBatches, n, stream_pointers_,
+                        stream_elements_};
+}
+
 void ModelBench::one_iteration(Executable& exe, Scope scope, int n, const void* input, Samples& s) {
   const auto h0 = Clock::now();
+  if (pipelined_) {
+    // Host time around the whole stream (run_batches returns with the outputs in host memory), per batch.
+    exe.run_batches(stream_);
+    const double ms = ms_between(h0, Clock::now()) / kStreamBatches;
+    s.latency.push_back(ms);
+    s.enqueue.push_back(ms);
+    const RunTimings t = exe.last_timings().value_or(RunTimings{});
+    s.h2d.push_back(t.upload_ms / kStreamBatches);
+    s.compute.push_back(t.compute_ms / kStreamBatches);
+    s.d2h.push_back(t.download_ms / kStreamBatches);
+    return;
+  }
   if (scope == Scope::Compute) {
     tp_[0]->record();
     exe.compute(n);
@@ -279,6 +326,7 @@ void ModelBench::bench_case(Executable& exe, const std::string& backend, int n, 
     exe.stage_input(in, n);
     exe.synchronize();
   }
+  pipelined_ = mode == "pipelined";
   // Warm-up: at least two iterations (the first may capture a graph or load kernels lazily).
   Samples scratch;
   const auto w0 = Clock::now();
@@ -416,6 +464,22 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
         continue;
       }
       print_case_block(name, n, mode);
+    }
+    if (!o_.no_data_transfers && exe->overlaps_batches()) {
+      // End to end over a stream of batches, uploads overlapping compute (graph replay when on).
+      try {
+        prepare_stream(*exe, n, input.data());
+        exe->use_graph_replay(std::find(modes.begin(), modes.end(), "graph") != modes.end());
+        spdlog::info("{}: batch {}: pipelined, {} batches streamed", name, n, kStreamBatches);
+        bench_case(*exe, name, n, "pipelined", Scope::EndToEnd, input);
+        results_.back().outputs_finite = finite;
+        print_case_block(name, n, "pipelined");
+      } catch (const std::exception& e) {
+        skipped_.push_back(Skip{name, n, std::string("pipelined: ") + e.what()});
+        spdlog::warn("{}: batch {}: pipelined mode skipped: {}", name, n, e.what());
+      }
+      pipelined_ = false;
+      exe->use_graph_replay(false);
     }
     // After each batch: a run cut short (a time limit) still leaves what it measured.
     if (!o_.json_path.empty()) write_json_file(o_.json_path, to_json());
@@ -570,8 +634,9 @@ void ModelBench::print_case_block(const std::string& backend, int n, const std::
   const char* unit_gpu = scopes[0] && scopes[0]->on_device ? "GPU" : "CPU";
   const CaseResult* any = scopes[0] ? scopes[0] : scopes[1];
   fmt::print("\n=== {} | batch {} | {} ===\n", backend, n,
-             mode == "graph" ? "compute replayed as a CUDA graph"
-                             : (any && any->on_device ? "plain launches on one stream" : "on the host"));
+             mode == "graph"       ? "compute replayed as a CUDA graph"
+             : mode == "pipelined" ? fmt::format("{} batches streamed, uploads overlapping compute", kStreamBatches)
+                                   : (any && any->on_device ? "plain launches on one stream" : "on the host"));
   for (const CaseResult* r : scopes) {
     if (!r) continue;
     fmt::print("{:<20}{} (wall {}), {:.3g}% of the {} ceiling ({})\n",

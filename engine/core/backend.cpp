@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace engine {
 
@@ -22,6 +24,25 @@ void check_supported(const Backend& backend, const Graph& graph) {
     throw std::runtime_error(fmt::format("backend '{}' cannot run model '{}' ({} unsupported node{}): {}",
                                          backend.name(), graph.model->name, count, count == 1 ? "" : "s",
                                          problems));
+}
+
+void check_batch_stream(const BatchStream& s, int max_batch) {
+  if (s.batch < 1 || s.batch > max_batch)
+    throw std::invalid_argument(fmt::format("batch of {} images outside 1..{}", s.batch, max_batch));
+  if (s.count < 0) throw std::invalid_argument(fmt::format("a negative image count ({})", s.count));
+  if (s.outputs.size() != s.output_elements.size())
+    throw std::invalid_argument(fmt::format("{} output buffers for {} output sizes", s.outputs.size(),
+                                            s.output_elements.size()));
+}
+
+void Executable::run_batches(const BatchStream& s) {
+  check_batch_stream(s, max_batch());
+  std::vector<float*> at(s.outputs.size());
+  for (int64_t start = 0; start < s.count; start += s.batch) {
+    const int n = int(std::min<int64_t>(s.batch, s.count - start));
+    for (size_t i = 0; i < at.size(); ++i) at[i] = s.outputs[i] + start * s.output_elements[i];
+    run(static_cast<const uint8_t*>(s.input) + size_t(start) * s.sample_bytes, n, at);
+  }
 }
 
 }  // namespace engine

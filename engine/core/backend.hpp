@@ -57,6 +57,20 @@ class SteadyTimePoint final : public TimePoint {
   std::chrono::steady_clock::time_point at_{};
 };
 
+// `count` raw samples (any count >= 0) of `sample_bytes` each, run in batches of `batch`
+// (1..max_batch()); outputs[i] receives count * output_elements[i] floats.
+struct BatchStream {
+  const void* input = nullptr;
+  size_t sample_bytes = 0;
+  int64_t count = 0;
+  int batch = 1;
+  std::span<float* const> outputs;
+  std::span<const int64_t> output_elements;  // per output, floats per sample
+};
+
+// Throws std::invalid_argument when a BatchStream does not fit an executable of max_batch.
+void check_batch_stream(const BatchStream& s, int max_batch);
+
 class Executable {
  public:
   virtual ~Executable() = default;
@@ -64,6 +78,11 @@ class Executable {
   // `input` holds n raw samples in the model's input dtype and raw_shape (uint8 pixels or float32).
   // outputs[i] receives n * graph.output_elements(i) floats. 1 <= n <= max_batch().
   virtual void run(const void* input, int n, std::span<float* const> outputs) = 0;
+  // Many batches in one call: the default is a loop over run(); a GPU executable overlaps the
+  // upload of the next batch with the compute of this one (overlaps_batches()). The same bits as
+  // run() on the same batches; last_timings() then covers the whole call.
+  virtual void run_batches(const BatchStream& s);
+  virtual bool overlaps_batches() const { return false; }
   // Timing of the most recent run(), when the backend measures it.
   virtual std::optional<RunTimings> last_timings() const { return std::nullopt; }
   // One line per decision made at compile time (algorithms, workspace), for `engine info`/logs.

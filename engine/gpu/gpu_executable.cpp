@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -229,6 +230,83 @@ void GpuExecutable::run_device_input(const void* device_input, int n, std::span<
   else
     CUDA_CHECK(cudaMemcpyAsync(dst, device_input, bytes, cudaMemcpyDeviceToDevice, stream()));
   finish_run(n, outputs);
+}
+
+void GpuExecutable::run_batches(const BatchStream& s) {
+  check_batch_stream(s, max_batch_);
+  if (s.sample_bytes != input_sample_bytes_)
+    throw std::invalid_argument(fmt::format("{}-byte samples, but the model's are {} bytes", s.sample_bytes,
+                                            input_sample_bytes_));
+  const int64_t batches = (s.count + s.batch - 1) / s.batch;
+  if (batches < 2 || !overlaps_batches()) {
+    Executable::run_batches(s);
+    return;
+  }
+  if (!overlap_) {
+    overlap_ = std::make_unique<Overlap>();
+    overlap_->raw = DeviceBuffer<uint8_t>(input_sample_bytes_ * size_t(max_batch_), "second raw-input slot");
+    overlap_->pinned = PinnedBuffer<uint8_t>(input_sample_bytes_ * size_t(max_batch_), "second input staging slot");
+  }
+  Overlap& o = *overlap_;
+  uint8_t* raw[2] = {raw_input_.data(), o.raw.data()};
+  uint8_t* staging[2] = {pinned_input_.data(), o.pinned.data()};
+  const auto* in = static_cast<const uint8_t*>(s.input);
+  auto size_of = [&](int64_t k) { return int(std::min<int64_t>(s.batch, s.count - k * s.batch)); };
+  // Batch k: host (page-locked, or through staging slot k % 2) -> raw slot k % 2, on the copy
+  // stream, once the preprocessing of batch k - 2 has read that slot.
+  auto upload = [&](int64_t k) {
+    const int slot = int(k % 2);
+    const size_t bytes = input_sample_bytes_ * size_t(size_of(k));
+    const uint8_t* src = in + size_t(k) * size_t(s.batch) * input_sample_bytes_;
+    const bool registered = pinned_user_ && src >= pinned_user_ && src + bytes <= pinned_user_ + pinned_user_bytes_;
+    if (!registered) {
+      CUDA_CHECK(cudaEventSynchronize(o.uploaded[slot].get()));  // batch k - 2 has left the staging slot
+      std::memcpy(staging[slot], src, bytes);
+      src = staging[slot];
+    }
+    CUDA_CHECK(cudaStreamWaitEvent(o.copy.get(), o.consumed[slot].get(), 0));
+    CUDA_CHECK(cudaMemcpyAsync(raw[slot], src, bytes, cudaMemcpyHostToDevice, o.copy.get()));
+    o.uploaded[slot].record(o.copy.get());
+  };
+  auto copy_out = [&](int64_t k) {
+    for (size_t i = 0; i < s.outputs.size(); ++i)
+      std::memcpy(s.outputs[i] + k * s.batch * s.output_elements[i], staged_output(i),
+                  size_t(s.output_elements[i]) * size_t(size_of(k)) * sizeof(float));
+  };
+  // Every event starts recorded (complete), so the first waits on them pass.
+  for (int slot = 0; slot < 2; ++slot) {
+    o.uploaded[slot].record(stream());
+    o.consumed[slot].record(stream());
+  }
+  o.started.record(stream());
+  CUDA_CHECK(cudaStreamWaitEvent(o.copy.get(), o.started.get(), 0));  // after everything before this call
+  upload(0);
+  float* input_value = device_value(graph_.input);
+  for (int64_t k = 0; k < batches; ++k) {
+    const int slot = int(k % 2), n = size_of(k);
+    CUDA_CHECK(cudaStreamWaitEvent(stream(), o.uploaded[slot].get(), 0));
+    if (k == 0) ev_uploaded_.record(stream());
+    preprocess_uint8(raw[slot], input_value, n, preprocess_, stream());
+    o.consumed[slot].record(stream());
+    // Full batches replay the captured graph when replay is on; a shorter last batch runs plain
+    // launches rather than capturing a graph it would use once.
+    if (graph_replay_ && n == s.batch) compute(n);
+    else forward(n);
+    if (k + 1 < batches) upload(k + 1);
+    if (k > 0) {  // the previous batch's outputs leave the staging buffer before this one's arrive
+      CUDA_CHECK(cudaEventSynchronize(o.downloaded.get()));
+      copy_out(k - 1);
+    }
+    if (k + 1 == batches) ev_computed_.record(stream());
+    download_async(n);
+    o.downloaded.record(stream());
+  }
+  ev_downloaded_.record(stream());
+  synchronize();
+  copy_out(batches - 1);
+  // The first upload and the last download are the parts nothing overlaps; compute_ms is the rest.
+  timings_ = RunTimings{ev_uploaded_.since(o.started), ev_computed_.since(ev_uploaded_),
+                        ev_downloaded_.since(ev_computed_)};
 }
 
 void GpuExecutable::finish_run(int n, std::span<float* const> outputs) {

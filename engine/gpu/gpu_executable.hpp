@@ -4,6 +4,7 @@
 // the device. A backend derives from it and implements forward(): the nodes, on the stream, with
 // the preprocessed input already in the arena.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -21,6 +22,10 @@ class GpuExecutable : public Executable {
 
   int max_batch() const override { return max_batch_; }
   void run(const void* input, int n, std::span<float* const> outputs) override;
+  // Uploads on a second stream into two raw-input slots taken in turn: batch k + 1's upload runs
+  // while batch k is preprocessed and computed (uint8 models; float models run the plain loop).
+  void run_batches(const BatchStream& s) override;
+  bool overlaps_batches() const override { return graph_.model->input.dtype == formats::InputDType::UInt8; }
   std::optional<RunTimings> last_timings() const override { return timings_; }
 
   // Pieces of run() for benchmarks that time scopes separately (all asynchronous on stream()).
@@ -74,6 +79,14 @@ class GpuExecutable : public Executable {
   const uint8_t* pinned_user_ = nullptr;  // host memory registered by pin_host_input, uploaded from directly
   size_t pinned_user_bytes_ = 0;
   cudaGraphExec_t graph_exec_ = nullptr;  // forward(graph_n_) as captured
+  // run_batches' second slot and stream, made on its first call (not needed by run()).
+  struct Overlap {
+    Stream copy;
+    DeviceBuffer<uint8_t> raw;       // the second raw-input slot (raw_input_ is the first)
+    PinnedBuffer<uint8_t> pinned;    // the second staging slot, for input that is not page-locked
+    Event uploaded[2], consumed[2], downloaded, started;
+  };
+  std::unique_ptr<Overlap> overlap_;
   int graph_n_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -79,6 +80,44 @@ TEST(CpuDeterminism, IndependentOfThreadsCapacityAndPosition) {
     const auto alone = testing_support::run_backend(model, "reference", pixels.data() + size_t(784) * s, 1, 1);
     const std::vector<float> expected(reference[0].begin() + s * 10, reference[0].begin() + (s + 1) * 10);
     EXPECT_TRUE(bitwise_equal(alone[0], expected)) << "sample " << s << " alone differs from its place in a batch";
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Executable::run_batches' default (a loop over run()) on the host backends: the bits of run() on
+// the same batches, a short last batch, no images at all, and a batch past max_batch refused.
+TEST(CpuRunBatches, SameBitsAsRunOnTheSameBatches) {
+  auto model = testing_support::lenet_like_model({});
+  const engine::Graph graph = engine::plan_graph(model);
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  const int64_t classes = graph.output_elements(0);
+  for (const char* name : {"cpu", "reference"}) {
+    SCOPED_TRACE(name);
+    engine::CompileOptions options;
+    options.max_batch = 16;
+    auto exe = engine::BackendRegistry::instance().create(name)->compile(graph, options);
+    EXPECT_FALSE(exe->overlaps_batches());
+    const int batch = 16;
+    const int64_t count = 3 * batch + 5;
+    const auto pixels = testing_support::random_bytes(per_sample * size_t(count), 77u);
+    std::vector<float> expected(size_t(classes * count)), got(expected.size(), -7.0f);
+    for (int64_t start = 0; start < count; start += batch) {
+      const int n = int(std::min<int64_t>(batch, count - start));
+      float* out[] = {expected.data() + start * classes};
+      exe->run(pixels.data() + size_t(start) * per_sample, n, out);
+    }
+    float* outs[] = {got.data()};
+    const int64_t elements[] = {classes};
+    exe->run_batches(engine::BatchStream{pixels.data(), per_sample, count, batch, outs, elements});
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
+    exe->run_batches(engine::BatchStream{pixels.data(), per_sample, 0, batch, outs, elements});  // nothing to do
+    EXPECT_THROW(exe->run_batches(engine::BatchStream{pixels.data(), per_sample, count, 17, outs, elements}),
+                 std::invalid_argument);
+    EXPECT_THROW(exe->run_batches(engine::BatchStream{pixels.data(), per_sample, count, 0, outs, elements}),
+                 std::invalid_argument);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct ReplayCase {
   std::string backend;
   bool fuse;
 };
+
+// Stable ctest names (gtest would otherwise list the struct's bytes, a pointer among them).
+void PrintTo(const ReplayCase& c, std::ostream* os) { *os << c.backend << (c.fuse ? "" : "_per_node"); }
 
 class GraphReplay : public ::testing::TestWithParam<ReplayCase> {};
 
