@@ -355,7 +355,8 @@ void ModelBench::bench_case(Executable& exe, const std::string& backend, int n, 
     rr.seconds = elapsed;
     rr.latency = summarize(s.latency, o_.percentiles);
     rr.images_per_s = n / (rr.latency.median * 1e-3);
-    rr.wall_images_per_s = double(n) * iterations / elapsed;
+    const int per_iteration = pipelined_ ? n * kStreamBatches : n;  // a pipelined iteration streams kStreamBatches
+    rr.wall_images_per_s = double(per_iteration) * iterations / elapsed;
     rep_rates.push_back(rr.images_per_s);
     r.reps.push_back(rr);
     all.append(s);
@@ -371,7 +372,7 @@ void ModelBench::bench_case(Executable& exe, const std::string& backend, int n, 
   double wall_s = 0, images = 0;
   for (const auto& rr : r.reps) {
     wall_s += rr.seconds;
-    images += double(n) * rr.iterations;
+    images += double(pipelined_ ? n * kStreamBatches : n) * rr.iterations;
   }
   r.wall_images_per_s = images / wall_s;
   std::tie(r.rep_mean, r.rep_sd) = mean_sd(rep_rates);
