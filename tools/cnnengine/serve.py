@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="serve: %(message)s")
 
     import cnnengine
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import TritonConfig
+    from tritonclient.utils import InferenceServerException
 
     # Every model and instance is loaded before the server starts: a bad file or backend fails here,
     # with the engine's message, not at the first request.
@@ -108,6 +108,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                           grpc_address=args.address, grpc_port=args.grpc_port,
                           metrics_port=args.metrics_port, allow_metrics=True,
                           log_verbose=args.log_verbose, exit_on_error=True)
+    # serve() blocks until SIGINT; SIGTERM (how supervisors and the tests stop it) does the same.
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    # PyTriton hands each model's configuration to Triton's Python stub over a local socket; on a
+    # loaded machine the stub can try it before it is listening ("load failed for model ...:
+    # ConnectionRefusedError" in get_config_from_handshake_server, seen in this project's CI on a
+    # busy 2-core VM; pytriton#109 is the same handshake timing out). Nothing was served yet, so the
+    # start is tried again, a bounded number of times.
+    attempts = 3
+    for attempt in range(1, attempts + 1):
+        try:
+            _serve_once(config, served, args)
+            return 0
+        except InferenceServerException as e:
+            if "load failed for model" not in str(e) or attempt == attempts:
+                raise
+            LOG.warning("Triton could not load a model (attempt %d of %d): %s; starting again", attempt, attempts,
+                        str(e).splitlines()[0])
+    return 1
+
+
+def _serve_once(config, served, args) -> None:
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton
+
     # Not `with Triton(...)`: that starts the server at once and loads each model as it is bound,
     # before _publish_metadata could add to its config. serve() starts it with every model bound.
     triton = Triton(config=config)
@@ -126,14 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 strict=True,
             )
             _publish_metadata(triton, name, m, path)
-        # serve() blocks until SIGINT; SIGTERM (how supervisors and the tests stop it) does the same.
-        signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
         LOG.info("serving %s on HTTP %s:%d, gRPC %s:%d, metrics :%d", ", ".join(served), args.address,
                  args.http_port, args.address, args.grpc_port, args.metrics_port)
         triton.serve()
     finally:
         triton.stop()
-    return 0
 
 
 def _publish_metadata(triton, name: str, model, path: str) -> None:
