@@ -97,6 +97,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
   const Divisor by_ow(OW), by_strips(strips), by_groups(groups);
   const float* weights = staged + L.weight_off;
   const float* bias = staged + L.bias_off;
+  const unsigned epi = L.epilogue.code, pool_epi = L.pool_epilogue.code;  // once per layer, in registers
   const WorkRange<Store> range(rounded, 32, part, parts);  // whole warps: the pooling shuffle needs every lane
   for (int base = range.lo + threadIdx.x; base < range.hi; base += blockDim.x) {
     const bool valid = base < total;
@@ -151,10 +152,11 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
         const int oc = g * OCB + o;
 #pragma unroll
         for (int y = 0; y < YB / 2; ++y) {
-          const float a = apply_epilogue(acc[o][2 * y], L.epilogue), b = apply_epilogue(acc[o][2 * y + 1], L.epilogue);
+          float a = acc[o][2 * y], b = acc[o][2 * y + 1];
+          apply_epilogue2(a, b, epi);
           const float p = pool_2x2(a, b, left, is_max);
           if (valid && left && oc < OC && py0 + y < O.height)
-            store(&out[oc * O.channel + y * O.pitch], apply_epilogue(p, L.pool_epilogue));
+            store(&out[oc * O.channel + y * O.pitch], apply_epilogue(p, pool_epi));
         }
       }
     } else if (valid) {
@@ -164,8 +166,10 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
         const int oc = g * OCB + o;
         if (oc >= OC) break;
 #pragma unroll
+        for (int y = 0; y < YB; y += 2) apply_epilogue2(acc[o][y], acc[o][y + 1], epi);
+#pragma unroll
         for (int y = 0; y < YB; ++y)
-          if (oy0 + y < OH) store(&out[oc * O.channel + y * O.pitch], apply_epilogue(acc[o][y], L.epilogue));
+          if (oy0 + y < OH) store(&out[oc * O.channel + y * O.pitch], acc[o][y]);
       }
     }
   }
@@ -184,6 +188,7 @@ __device__ void conv_generic(const SpatialLayer& L, const float* __restrict__ st
   const Divisor by_ow(OW), by_oh(OH), by_groups(groups);
   const float* weights = staged + L.weight_off;
   const float* bias = staged + L.bias_off;
+  const unsigned epi = L.epilogue.code;
   const WorkRange<Store> range(total, 1, part, parts);
   for (int item = range.lo + threadIdx.x; item < range.hi; item += blockDim.x) {
     int r = by_ow.div(item);
@@ -207,10 +212,13 @@ __device__ void conv_generic(const SpatialLayer& L, const float* __restrict__ st
           for (int o = 0; o < OCB; ++o) acc[o] = fmaf(w[o], v, acc[o]);
         }
     float* out = smem + O.off + t * O.image + (oy + O.pad_top) * O.pitch + ox + O.pad_left;
+    static_assert(OCB % 2 == 0, "OCB must be even");
+#pragma unroll
+    for (int o = 0; o < OCB; o += 2) apply_epilogue2(acc[o], acc[o + 1], epi);
 #pragma unroll
     for (int o = 0; o < OCB; ++o) {
       const int oc = g * OCB + o;
-      if (oc < OC) store(&out[oc * O.channel], apply_epilogue(acc[o], L.epilogue));
+      if (oc < OC) store(&out[oc * O.channel], acc[o]);
     }
   }
 }
@@ -224,6 +232,7 @@ __device__ void pool_layer(const SpatialLayer& L, float* smem, int T, Store stor
   const int OH = O.height, OW = O.width, C = O.channels, H = I.height, W = I.width;
   const int KH = L.kernel_h, KW = L.kernel_w;
   const bool is_max = L.op == SpatialOp::MaxPool;
+  const unsigned epi = L.epilogue.code;
   const int total = T * C * OH * OW;
   const Divisor by_ow(OW), by_oh(OH), by_c(C);
   const WorkRange<Store> range(total, 1, part, parts);
@@ -255,7 +264,7 @@ __device__ void pool_layer(const SpatialLayer& L, float* smem, int T, Store stor
       v = divisor > 0 ? sum / float(divisor) : 0.0f;
     }
     store(&smem[O.off + t * O.image + c * O.channel + (oy + O.pad_top) * O.pitch + ox + O.pad_left],
-          apply_epilogue(v, L.epilogue));
+          apply_epilogue(v, epi));
   }
 }
 
@@ -271,6 +280,7 @@ __device__ inline void load_input_tile(const ConvChainParams& p, const float* __
                                        float* smem) {
   const int in_elements = p.input_channels * p.input_height * p.input_width;
   const int in_hw = p.input_height * p.input_width;
+  const unsigned epi = p.input_epilogue.code;
   if (p.input.zero_fill) {
     zero_buffer(smem, p.input, p.tile_images);
     __syncthreads();
@@ -280,7 +290,7 @@ __device__ inline void load_input_tile(const ConvChainParams& p, const float* __
     const Divisor by_elements(in_elements);
     for (int i = threadIdx.x; i < images * in_elements; i += blockDim.x) {
       const int t = by_elements.div(i), e = i - t * in_elements;
-      smem[p.input.off + t * p.input.image + e] = apply_epilogue(src[i], p.input_epilogue);
+      smem[p.input.off + t * p.input.image + e] = apply_epilogue(src[i], epi);
     }
   } else {
     const Divisor by_elements(in_elements), by_hw(in_hw), by_w(p.input_width);
@@ -288,7 +298,7 @@ __device__ inline void load_input_tile(const ConvChainParams& p, const float* __
       const int t = by_elements.div(i), e = i - t * in_elements;
       const int c = by_hw.div(e), hw = e - c * in_hw;
       const int row = by_w.div(hw), col = hw - row * p.input_width;
-      const float v = apply_epilogue(src[i], p.input_epilogue);
+      const float v = apply_epilogue(src[i], epi);
       smem[p.input.off + t * p.input.image + c * p.input.channel + (row + p.input.pad_top) * p.input.pitch + col +
            p.input.pad_left] = v;
     }
@@ -299,10 +309,11 @@ __device__ inline void load_input_tile(const ConvChainParams& p, const float* __
 // The chain's last value of the first `images` images, flattened CHW, to dst[t * dst_pitch + e]
 // (global memory, or a dense layer's input row in shared memory) through `epi`.
 __device__ inline void store_chain_output(const ConvChainParams& p, const float* smem, int images, float* dst,
-                                          int dst_pitch, const Epilogue& epi) {
+                                          int dst_pitch, const Epilogue& epilogue) {
   const SmemTensor& last = p.layer_count > 0 ? p.layers[p.layer_count - 1].out : p.input;
   const int out_hw = last.height * last.width;
   const Divisor by_elements(p.output_elements), by_hw(out_hw), by_w(last.width);
+  const unsigned epi = epilogue.code;
   for (int i = threadIdx.x; i < images * p.output_elements; i += blockDim.x) {
     const int t = by_elements.div(i), e = i - t * p.output_elements;
     float v;
@@ -313,7 +324,7 @@ __device__ inline void store_chain_output(const ConvChainParams& p, const float*
       const int row = by_w.div(hw), col = hw - row * last.width;
       v = smem[last.off + t * last.image + c * last.channel + (row + last.pad_top) * last.pitch + col + last.pad_left];
     }
-    dst[t * dst_pitch + e] = epi.count ? apply_epilogue(v, epi) : v;
+    dst[t * dst_pitch + e] = apply_epilogue(v, epi);
   }
 }
 

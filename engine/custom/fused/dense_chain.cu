@@ -19,6 +19,7 @@ __device__ void dense_layer(const DenseLayer& L, float* smem, int images) {
   const int unit_groups = L.units_padded / 4;
   const int total = unit_groups * ((images + 3) / 4);
   const int w_stride = L.units_padded / 4;  // float4s per k row
+  const unsigned epi = L.epilogue.code;
   for (int item = threadIdx.x; item < total; item += blockDim.x) {
     const int u4 = item % unit_groups;
     const int t4 = item / unit_groups;
@@ -52,9 +53,10 @@ __device__ void dense_layer(const DenseLayer& L, float* smem, int images) {
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float v[4];
+      float v[4] = {acc[i][0], acc[i][1], acc[i][2], acc[i][3]};
+      apply_epilogue4(v, epi);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = 4 * u4 + j < L.units ? apply_epilogue(acc[i][j], L.epilogue) : 0.0f;
+      for (int j = 0; j < 4; ++j) v[j] = 4 * u4 + j < L.units ? v[j] : 0.0f;
       *reinterpret_cast<float4*>(smem + L.out_off + (4 * t4 + i) * L.out_pitch + 4 * u4) = make_float4(v[0], v[1], v[2], v[3]);
     }
   }
@@ -76,9 +78,10 @@ __global__ void __launch_bounds__(kDenseThreads)
     // Rows past n and columns past F are zeros (their weights are zero too).
     const float* src = x + size_t(first) * F;
     const int rows = (images + 3) / 4 * 4;
+    const unsigned in_epi = p.input_epilogue.code;
     for (int i = threadIdx.x; i < rows * first_layer.in_padded; i += blockDim.x) {
       const int t = i / first_layer.in_padded, k = i - t * first_layer.in_padded;
-      smem[first_layer.in_off + t * first_layer.in_pitch + k] = (t < images && k < F) ? apply_epilogue(src[size_t(t) * F + k], p.input_epilogue) : 0.0f;
+      smem[first_layer.in_off + t * first_layer.in_pitch + k] = (t < images && k < F) ? apply_epilogue(src[size_t(t) * F + k], in_epi) : 0.0f;
     }
     __syncthreads();
     for (int l = 0; l < p.layer_count; ++l) {

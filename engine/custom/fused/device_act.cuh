@@ -21,24 +21,63 @@ __device__ __forceinline__ float apply_act(float v, Act act) {
 // Not inlined: a register-tiled epilogue calls it for every accumulator (32 call sites in one
 // unrolled loop); inlined, each call site carried its own copy of tanhf/expf and the kernel's hot
 // code stopped fitting in the instruction cache (Nsight Compute, conv chain v2: 4.1 of 11.3 stall
-// cycles per instruction waiting for instruction fetch). The epilogue comes by value, in registers:
-// by reference it was a generic pointer into the kernel's parameter block, and every call read it
-// through L1 from memory (Nsight Compute, image chain at batch 1: dependent loads on the critical
-// path, and each cluster barrier invalidates L1).
+// cycles per instruction waiting for instruction fetch). N values per call (the register tile's
+// pairs and quads), so the call and the dispatch on the code are paid once per N results.
+//
+// The epilogue arrives packed in one word (Epilogue::code), read by the caller once per layer.
+// Version 3 of the conv chain re-packed it from the kernel's parameter block at every call: the
+// SASS showed ~45 instructions of constant-bank loads, shifts and ORs before each of the 6,304
+// tanh calls of a LeNet-5 image, about 40 % of the conv chain's instructions.
 static_assert(kMaxEpilogueActs <= 3 && int(Act::Sigmoid) < 4, "an epilogue packs into 8 bits");
 
-static __device__ __noinline__ float apply_epilogue_acts(float v, unsigned code) {
-  // code: count in bits 0-1, then 2 bits per activation (Act values fit in 2 bits).
+template <int N>
+struct Floats {
+  float v[N];
+};
+
+template <int N>
+static __device__ __noinline__ Floats<N> apply_epilogue_acts(Floats<N> x, unsigned code) {
   const unsigned count = code & 3u;
-  for (unsigned i = 0; i < count; ++i) v = apply_act(v, Act((code >> (2 + 2 * i)) & 3u));
-  return v;
+  for (unsigned i = 0; i < count; ++i) {
+    switch (Act((code >> (2 + 2 * i)) & 3u)) {  // one dispatch for the N values
+      case Act::Relu:
+#pragma unroll
+        for (int j = 0; j < N; ++j) x.v[j] = apply_act(x.v[j], Act::Relu);
+        break;
+      case Act::Tanh:
+#pragma unroll
+        for (int j = 0; j < N; ++j) x.v[j] = apply_act(x.v[j], Act::Tanh);
+        break;
+      case Act::Sigmoid:
+#pragma unroll
+        for (int j = 0; j < N; ++j) x.v[j] = apply_act(x.v[j], Act::Sigmoid);
+        break;
+      case Act::None: break;
+    }
+  }
+  return x;
 }
 
-__device__ __forceinline__ float apply_epilogue(float v, const Epilogue& e) {
-  if (e.count == 0) return v;
-  unsigned code = unsigned(e.count);
-  for (int i = 0; i < e.count; ++i) code |= unsigned(e.acts[i]) << (2 + 2 * i);
-  return apply_epilogue_acts(v, code);
+__device__ __forceinline__ float apply_epilogue(float v, unsigned code) {
+  if (code == 0) return v;
+  return apply_epilogue_acts<1>(Floats<1>{{v}}, code).v[0];
+}
+
+__device__ __forceinline__ float apply_epilogue(float v, const Epilogue& e) { return apply_epilogue(v, e.code); }
+
+// a and b through the same epilogue, one call.
+__device__ __forceinline__ void apply_epilogue2(float& a, float& b, unsigned code) {
+  if (code == 0) return;
+  const Floats<2> r = apply_epilogue_acts<2>(Floats<2>{{a, b}}, code);
+  a = r.v[0];
+  b = r.v[1];
+}
+
+__device__ __forceinline__ void apply_epilogue4(float (&x)[4], unsigned code) {
+  if (code == 0) return;
+  const Floats<4> r = apply_epilogue_acts<4>(Floats<4>{{x[0], x[1], x[2], x[3]}}, code);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) x[j] = r.v[j];
 }
 
 __device__ __forceinline__ float warp_max(float v) {

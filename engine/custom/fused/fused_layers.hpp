@@ -37,6 +37,15 @@ enum class Act : int { None = 0, Relu = 1, Tanh = 2, Sigmoid = 3 };
 struct Epilogue {
   int count = 0;
   Act acts[kMaxEpilogueActs] = {};
+  // The same, packed (count in bits 0-1, then 2 bits per activation): the one word the kernels
+  // read, once per layer, into a register. Kept in step with count/acts by add().
+  unsigned code = 0;
+
+  void add(Act a) {
+    code |= unsigned(a) << (2 + 2 * count);
+    acts[count++] = a;
+    code = (code & ~3u) | unsigned(count);
+  }
 };
 
 // One activation value of T images in shared memory: image t, channel c, interior row y, column x

@@ -44,7 +44,7 @@ struct NotFused {
 void push_act(Epilogue& e, Act a, const formats::Node& node) {
   if (e.count == kMaxEpilogueActs)
     throw NotFused{fmt::format("node '{}': more than {} activations in a row", node.name, kMaxEpilogueActs)};
-  e.acts[e.count++] = a;
+  e.add(a);
 }
 
 // Output channels per thread: the fewest padded channels, the larger block on a tie (the image

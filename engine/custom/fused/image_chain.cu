@@ -135,6 +135,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
   for (int l = 0; l < dp.layer_count; ++l) {
     const DenseLayer& D = dp.layers[l];
     const DenseShare sh(D, team.rank, team.size);
+    const unsigned epi = D.epilogue.code;
     const float* a = smem + D.in_off;
     for (int j = 0; j < sh.slices; ++j) {
       // The next slice (of this layer or the next) loads while this one is used.
@@ -156,7 +157,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
 #pragma unroll 8
         for (int r = 0; r < rows; ++r) s = fmaf(ar[r], w[r * sh.cols + u], s);
         if (j + 1 < sh.slices) acc[u] = s;
-        else st(&smem[D.out_off + u], u < D.units ? apply_epilogue(s, D.epilogue) : 0.0f);
+        else st(&smem[D.out_off + u], u < D.units ? apply_epilogue(s, epi) : 0.0f);
       }
       __syncthreads();  // the slice buffer is requested again two slices on
       buf ^= 1;
