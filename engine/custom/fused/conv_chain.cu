@@ -25,19 +25,26 @@
 namespace engine::custom::fused {
 namespace {
 
+template <int K, int OCB>
+__device__ __forceinline__ void run_tiled(const SpatialLayer& L, const float* staged, float* smem, int T) {
+  if (L.rows == 2) conv_tiled<K, OCB, 2>(L, staged, smem, T);
+  else conv_tiled<K, OCB, kConvRowsPerThread>(L, staged, smem, T);
+}
+
 __device__ void run_conv(const SpatialLayer& L, const float* staged, float* smem, int T) {
   switch (L.variant) {
     case ConvVariant::Generic4: conv_generic<4>(L, staged, smem, T); break;
     case ConvVariant::Generic8: conv_generic<8>(L, staged, smem, T); break;
-    case ConvVariant::K2_4: conv_tiled<2, 4, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K2_6: conv_tiled<2, 6, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K2_8: conv_tiled<2, 8, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K3_4: conv_tiled<3, 4, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K3_6: conv_tiled<3, 6, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K3_8: conv_tiled<3, 8, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K5_4: conv_tiled<5, 4, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K5_6: conv_tiled<5, 6, kConvRowsPerThread>(L, staged, smem, T); break;
-    case ConvVariant::K5_8: conv_tiled<5, 8, kConvRowsPerThread>(L, staged, smem, T); break;
+    case ConvVariant::K2_4: run_tiled<2, 4>(L, staged, smem, T); break;
+    case ConvVariant::K2_6: run_tiled<2, 6>(L, staged, smem, T); break;
+    case ConvVariant::K2_8: run_tiled<2, 8>(L, staged, smem, T); break;
+    case ConvVariant::K3_4: run_tiled<3, 4>(L, staged, smem, T); break;
+    case ConvVariant::K3_6: run_tiled<3, 6>(L, staged, smem, T); break;
+    case ConvVariant::K3_8: run_tiled<3, 8>(L, staged, smem, T); break;
+    case ConvVariant::K5_4: run_tiled<5, 4>(L, staged, smem, T); break;
+    case ConvVariant::K5_6: run_tiled<5, 6>(L, staged, smem, T); break;
+    case ConvVariant::K5_8: run_tiled<5, 8>(L, staged, smem, T); break;
+    default: break;  // the image chain's variants never reach this kernel
   }
 }
 

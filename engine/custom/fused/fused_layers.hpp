@@ -23,7 +23,7 @@ inline constexpr int kMaxDenseLayers = 16;
 inline constexpr int kMaxEpilogueActs = 3;  // activations applied one after another to a result
 inline constexpr int kConvThreads = 256;
 inline constexpr int kDenseThreads = 256;
-inline constexpr int kConvRowsPerThread = 4;  // YB: output rows a thread keeps in registers
+inline constexpr int kConvRowsPerThread = 4;  // YB: output rows a thread keeps in registers (or 2: SpatialLayer::rows)
 // The one-image-per-block kernel for small batches (image_chain.cu): more threads, smaller work items
 // (2 output channels x 2 rows), each dense layer's weights staged through shared memory in slices
 // of kImageSliceFloats, two slices in turn (the next one loads while the block computes on this one).
@@ -34,11 +34,14 @@ inline constexpr int kImageSliceFloats = 8192;
 
 enum class Act : int { None = 0, Relu = 1, Tanh = 2, Sigmoid = 3 };
 
+inline constexpr unsigned kEpilogueNoInline = 1u << 8;
+
 struct Epilogue {
   int count = 0;
   Act acts[kMaxEpilogueActs] = {};
   // The same, packed (count in bits 0-1, then 2 bits per activation): the one word the kernels
-  // read, once per layer, into a register. Kept in step with count/acts by add().
+  // read, once per layer, into a register. Kept in step with count/acts by add(). Bit 8
+  // (kEpilogueNoInline) makes the kernels call the generic function even for a lone tanh.
   unsigned code = 0;
 
   void add(Act a) {
@@ -84,6 +87,7 @@ struct SpatialLayer {
   int pad_top = 0, pad_left = 0;  // pools: logical padding (bounds-checked); convs: in the buffer
   int count_include_pad = 1;      // avgpool
   int ocb = 8;                    // output channels per thread (conv)
+  int rows = kConvRowsPerThread;  // tiled conv: output rows per thread (4, or 2 where 4 would compute junk rows)
   int oc_padded = 0;              // out channels rounded up to ocb; weights are zero past out.channels
   int weight_off = 0;             // conv: packed weights [oc_padded/ocb][C][kh][kw][ocb] in the staged block
   int bias_off = 0;               // conv: [oc_padded] (zeros when the node has no bias)

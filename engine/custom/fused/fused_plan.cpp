@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 
 namespace engine::custom::fused {
 namespace {
@@ -45,6 +46,9 @@ void push_act(Epilogue& e, Act a, const formats::Node& node) {
   if (e.count == kMaxEpilogueActs)
     throw NotFused{fmt::format("node '{}': more than {} activations in a row", node.name, kMaxEpilogueActs)};
   e.add(a);
+  // ENGINE_FUSED_INLINE_TANH=0: the kernels call the generic epilogue for a lone tanh too (for
+  // benchmarks of version 5's inlined tanh; the bits are the same either way).
+  if (const char* env = std::getenv("ENGINE_FUSED_INLINE_TANH"); env && std::string(env) == "0") e.code |= kEpilogueNoInline;
 }
 
 // Output channels per thread: the fewest padded channels, the larger block on a tie (the image
@@ -74,6 +78,17 @@ ConvVariant conv_variant(bool tiled, int kernel_h, int ocb, bool image) {
   return ocb == 4 ? ConvVariant::Generic4 : ConvVariant::Generic8;
 }
 
+// Output rows per thread of a tiled conv with `oh` output rows: 4 (the better ratio of FMAs to
+// shared-memory loads), or 2 where strips of 4 would compute rows past the output that strips of 2
+// do not (LeNet-5's c3: 10 rows, 12 computed in strips of 4, 17 % of its FMAs wasted).
+// ENGINE_FUSED_ROWS=2|4 forces one (benchmarks; the bits are the same either way).
+int choose_rows(int oh) {
+  if (const char* env = std::getenv("ENGINE_FUSED_ROWS"); env && (std::string(env) == "2" || std::string(env) == "4"))
+    return std::stoi(env);
+  const int waste4 = round_up(oh, 4) - oh, waste2 = round_up(oh, 2) - oh;
+  return waste2 < waste4 ? 2 : kConvRowsPerThread;
+}
+
 bool is_tiled(ConvVariant v) {
   return v != ConvVariant::Generic4 && v != ConvVariant::Generic8 && v != ConvVariant::Generic2;
 }
@@ -84,7 +99,7 @@ struct SpatialNode {  // a conv2d or pool node and its place in the chain
 };
 
 // Lays out one smem tensor of per-image size for its consumer (a conv reads it padded).
-SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* consumer, int rows_per_thread) {
+SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* consumer) {
   SmemTensor t;
   t.channels = channels;
   t.height = height;
@@ -98,10 +113,8 @@ SmemTensor layout_for(int channels, int height, int width, const SpatialLayer* c
     const int oh = pooled ? c.conv_out_h : c.out.height, ow = pooled ? c.conv_out_w : c.out.width;
     const int needed_rows = (oh - 1) * c.stride_h + c.kernel_h;
     const int needed_cols = (ow - 1) * c.stride_w + c.kernel_w;
-    // A tiled conv's last row strip reads up to rows_per_thread - 1 rows past the output: slack.
-    const int read_rows = is_tiled(c.variant)
-                              ? ((oh + rows_per_thread - 1) / rows_per_thread) * rows_per_thread + c.kernel_h - 1
-                              : needed_rows;
+    // A tiled conv's last row strip reads up to c.rows - 1 rows past the output: slack.
+    const int read_rows = is_tiled(c.variant) ? ((oh + c.rows - 1) / c.rows) * c.rows + c.kernel_h - 1 : needed_rows;
     rows = std::max(t.pad_top + height, read_rows);
     cols = std::max(t.pad_left + width, needed_cols);
     t.zero_fill = (t.pad_top > 0 || t.pad_left > 0 || needed_rows > t.pad_top + height ||
@@ -123,7 +136,6 @@ constexpr int64_t kMaxSmemDim = int64_t(1) << 24;  // keeps every int index in t
 // the total); otherwise the tiled kernel's (T images, as many as two blocks per SM allow).
 void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, const DeviceShape& dev, bool image,
                   ConvChainParams& p, std::vector<float>& w, std::vector<std::string>& summary) {
-  const int rows_per_thread = image ? kImageRowsPerThread : kConvRowsPerThread;
   std::vector<SpatialNode> producers;
   std::vector<Epilogue> epilogues(1);  // [0]: the input's; [i + 1]: producer i's
   for (size_t i = 0; i < end; ++i) {
@@ -173,6 +185,7 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
                                (L.kernel_h == 2 || L.kernel_h == 3 || L.kernel_h == 5);
       L.ocb = choose_ocb(L.out.channels, tiled_shape, image);
       L.variant = conv_variant(tiled_shape, L.kernel_h, L.ocb, image);
+      L.rows = image ? kImageRowsPerThread : choose_rows(L.out.height);
       L.oc_padded = round_up(L.out.channels, L.ocb);
       const int C = L.in.channels, KH = L.kernel_h, KW = L.kernel_w, OC = L.out.channels;
       const int64_t count = int64_t(L.oc_padded) * C * KH * KW;
@@ -240,11 +253,11 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
     if (d > kMaxSmemDim) throw NotFused{fmt::format("the input dimension {} is too large", d)};
   std::vector<SmemTensor> tensors;
   tensors.push_back(layout_for(int(input.shape.at(0)), int(input.shape.at(1)), int(input.shape.at(2)),
-                               p.layer_count > 0 ? &p.layers[0] : nullptr, rows_per_thread));
+                               p.layer_count > 0 ? &p.layers[0] : nullptr));
   for (int i = 0; i < p.layer_count; ++i) {
     const SpatialLayer& L = p.layers[i];
     tensors.push_back(layout_for(L.out.channels, L.out.height, L.out.width,
-                                 i + 1 < p.layer_count ? &p.layers[i + 1] : nullptr, rows_per_thread));
+                                 i + 1 < p.layer_count ? &p.layers[i + 1] : nullptr));
   }
   int64_t region[2] = {0, 0};
   for (size_t i = 0; i < tensors.size(); ++i) region[i % 2] = std::max<int64_t>(region[i % 2], tensors[i].image);
@@ -287,7 +300,7 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
       summary.push_back(fmt::format(
           "  '{}': conv2d {}x{}{}, {} -> {} channels, {} ({} output channels x {} rows per thread){}{}{}", name,
           L.kernel_h, L.kernel_w, L.stride_h == 1 && L.stride_w == 1 ? "" : " strided", L.in.channels, L.out.channels,
-          is_tiled(L.variant) ? "register-tiled" : "generic", L.ocb, is_tiled(L.variant) ? kConvRowsPerThread : 1,
+          is_tiled(L.variant) ? "register-tiled" : "generic", L.ocb, is_tiled(L.variant) ? L.rows : 1,
           epilogue_text(L.epilogue),
           L.pool == SpatialOp::Conv ? "" : (L.pool == SpatialOp::MaxPool ? " + maxpool 2x2 in registers" : " + avgpool 2x2 in registers"),
           epilogue_text(L.pool_epilogue)));
