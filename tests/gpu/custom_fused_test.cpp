@@ -233,6 +233,44 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   }
 }
 
+// ENGINE_FUSED_DENSE=1 for one scope: the dense chain reads its weights through L1/L2 (version 1)
+// instead of staging them through shared memory (version 2, the default).
+class ScopedDenseV1 {
+ public:
+  ScopedDenseV1() { setenv("ENGINE_FUSED_DENSE", "1", 1); }
+  ~ScopedDenseV1() { unsetenv("ENGINE_FUSED_DENSE"); }
+};
+
+// Both versions of the dense chain sum every output in the same order: the same bits, on random
+// chains whose dense layers take several slices and several rounds of work items per tile.
+TEST(CustomFused, DenseChainVersionsGiveTheSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const int models = custom_test::sanitizer_run() ? 6 : 40;
+  const int n = 301;
+  int staged_seen = 0;
+  for (int i = 0; i < models; ++i) {
+    auto model = random_chain(uint32_t(9500 + i));
+    SCOPED_TRACE(model->name);
+    const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+    const auto input = testing_support::random_floats(per_sample * n, uint32_t(7500 + i));
+    ScopedImageMax off("0");
+    engine::CompileOptions options;
+    options.max_batch = n;
+    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+    if (!contains(exe->plan_summary(), "weights staged through shared memory")) continue;
+    ++staged_seen;
+    const auto staged = testing_support::run_backend(model, "custom", input.data(), n, n);
+    ScopedDenseV1 v1;
+    auto exe1 = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+    ASSERT_TRUE(contains(exe1->plan_summary(), "weights through L1/L2")) << exe1->plan_summary();
+    const auto direct = testing_support::run_backend(model, "custom", input.data(), n, n);
+    ASSERT_EQ(staged.size(), direct.size());
+    for (size_t o = 0; o < staged.size(); ++o)
+      EXPECT_EQ(std::memcmp(staged[o].data(), direct[o].data(), staged[o].size() * sizeof(float)), 0) << "output " << o;
+  }
+  EXPECT_GT(staged_seen, models / 3) << "too few random chains had a staged dense chain to compare";
+}
+
 TEST(CustomFused, HugeBatchesMatchCpu) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   auto model = ModelBuilder("fused_tiny_chain", {1, 9, 9})

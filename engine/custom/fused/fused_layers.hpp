@@ -31,6 +31,8 @@ inline constexpr int kImageThreads = 512;
 inline constexpr int kImageRowsPerThread = 2;
 inline constexpr int kImageOcb = 2;
 inline constexpr int kImageSliceFloats = 8192;
+// The dense chain v2's weight slices: rows of weight_t up to this many floats (at least 4 rows).
+inline constexpr int kDenseSliceFloats = 4096;
 
 enum class Act : int { None = 0, Relu = 1, Tanh = 2, Sigmoid = 3 };
 
@@ -120,7 +122,7 @@ struct DenseLayer {
   const float* weight_t = nullptr;  // device [in_padded][units_padded], zero padded (transposed)
   const float* bias = nullptr;      // device [units_padded], zero padded (zeros when no bias)
   Epilogue epilogue;
-  int slice_rows = 0;  // image chain: rows of weight_t per staged slice
+  int slice_rows = 0;  // rows of weight_t per staged slice (the image chain's, or the dense chain v2's)
 };
 
 struct DenseChainParams {
@@ -130,6 +132,10 @@ struct DenseChainParams {
   int input_features = 0;    // per sample, in global memory
   Epilogue input_epilogue;   // activations between the chain's input and the first dense layer
   int tile_images = 1;       // TM, a multiple of 4
+  // Version 2: each layer's weights pass through shared memory in slices of slice_rows rows, two
+  // buffers in turn (cp.async); 0: version 1, weights read through L1/L2 (ENGINE_FUSED_DENSE=1).
+  int staged_weights = 0;
+  int slice_off[2] = {0, 0};
   int smem_floats = 0;
 };
 

@@ -360,25 +360,48 @@ void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, con
     plan.dense_weights.push_back(std::move(dw));
     in_features = L.units;
   }
-  // The largest tile of images whose two buffers stay within ~100 KiB (two blocks per SM), else
-  // within the block limit.
+  // Version 2 (dense_chain.cu) stages each layer's weights through shared memory: slices of
+  // slice_rows rows (a multiple of 4, at least 4, up to kDenseSliceFloats floats), two buffers.
+  // ENGINE_FUSED_DENSE=1 picks version 1 (weights through L1/L2), for benchmarks; same bits.
+  const char* dense_env = std::getenv("ENGINE_FUSED_DENSE");
+  bool staged = !(dense_env && std::string(dense_env) == "1");
+  int64_t slice_floats = 0;
+  for (int l = 0; l < p.layer_count; ++l) {
+    DenseLayer& L = p.layers[l];
+    L.slice_rows = std::min(L.in_padded, std::max(4, kDenseSliceFloats / L.units_padded / 4 * 4));
+    slice_floats = std::max<int64_t>(slice_floats, int64_t(L.slice_rows) * L.units_padded);
+  }
+  // The largest tile of images whose buffers (and slices) stay within ~110 KiB (two blocks per SM),
+  // else within the block limit.
   const int64_t per_image_bytes = (widest[0] + widest[1]) * 4;
-  int tm = 0;
-  for (int cand : {32, 16, 8, 4})
-    if (cand * per_image_bytes <= 100 * 1024) { tm = cand; break; }
-  if (tm == 0 && 4 * per_image_bytes <= dev.shared_optin_bytes) tm = 4;
+  const auto choose_tm = [&](int64_t fixed_bytes) {
+    for (int cand : {32, 16, 8, 4})
+      if (cand * per_image_bytes + fixed_bytes <= 110 * 1024) return cand;
+    return 4 * per_image_bytes + fixed_bytes <= dev.shared_optin_bytes ? 4 : 0;
+  };
+  int tm = staged ? choose_tm(2 * slice_floats * 4) : 0;
+  if (tm == 0) {  // wide layers: slices too large for shared memory next to the activations
+    staged = false;
+    tm = choose_tm(0);
+  }
   if (tm == 0)
     throw NotFused{fmt::format("4 images' dense activations ({} KiB) exceed the {} KiB of shared memory a block may use",
                                4 * per_image_bytes / 1024, dev.shared_optin_bytes / 1024)};
   p.tile_images = tm;
+  p.staged_weights = staged ? 1 : 0;
   for (int l = 0; l < p.layer_count; ++l) {
     p.layers[l].in_off = l % 2 == 0 ? 0 : int(widest[0] * tm);
     p.layers[l].out_off = l % 2 == 0 ? int(widest[0] * tm) : 0;
   }
-  p.smem_floats = int((widest[0] + widest[1]) * tm);
+  const int64_t act_floats = (widest[0] + widest[1]) * tm;  // a multiple of 4: pitches are
+  p.slice_off[0] = int(act_floats);
+  p.slice_off[1] = int(act_floats + slice_floats);
+  p.smem_floats = int(act_floats + (staged ? 2 * slice_floats : 0));
   plan.summary.push_back(fmt::format("fused dense chain: 1 kernel, {} images per block, {} threads, {:.1f} KiB shared "
-                                     "memory per block (4 images x 4 units per thread; weights through L1/L2)",
-                                     tm, kDenseThreads, double(p.smem_floats) * 4 / 1024));
+                                     "memory per block (4 images x 4 units per thread; {})",
+                                     tm, kDenseThreads, double(p.smem_floats) * 4 / 1024,
+                                     staged ? "weights staged through shared memory in slices, cp.async"
+                                            : "weights through L1/L2"));
   if (p.input_epilogue.count) plan.summary.push_back("  input" + epilogue_text(p.input_epilogue));
   for (int l = 0; l < p.layer_count; ++l)
     plan.summary.push_back(fmt::format("  '{}': dense {} -> {}{}", layers[size_t(l)]->name, p.layers[l].in,
