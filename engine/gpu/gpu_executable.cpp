@@ -93,7 +93,9 @@ GpuExecutable::~GpuExecutable() {
   }
   if (pinned_user_ && pinned_user_owned_) {
     cudaStreamSynchronize(stream());
-    cudaHostUnregister(const_cast<uint8_t*>(pinned_user_));
+    // A failure here (memory already unregistered) must not linger as the runtime's last error, where
+    // another executable's next launch check would report it as its own.
+    if (cudaHostUnregister(const_cast<uint8_t*>(pinned_user_)) != cudaSuccess) cudaGetLastError();
   }
 }
 
