@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf]...   (default: build test sanitize run)
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi]...   (default: build test sanitize run)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}; mkdir -p "$OUT"
@@ -162,6 +162,39 @@ for b in sorted(rows):
         cells.append(f"{v:13,.0f} {1e6 * b / v if v else 0:8.1f}")
     print(f"{b:6d} | " + " | ".join(cells))
 PY
+    ;;
+  multi)
+    # --devices on every GPU of the host (docs/multi-gpu.md): the multi-device GPU tests (two
+    # executables on GPU 0; GPUs 0 and 1 where there are two), engine run --devices all against GPU 0
+    # alone at the same batch (bitwise), then engine bench of custom and cudnn at MULTI_BATCH (65,536)
+    # with --devices 0, 0,1 and all (each batch split across the GPUs against the first alone, in the
+    # same call). Files: multi.log, multi-0.json, multi-01.json, multi-all.json.
+    multi_all() {
+      local rc=0 model=${BENCH_MODEL:-models/lenet5.json} gpus
+      gpus=$(nvidia-smi -L | wc -l)
+      echo "GPUs: $gpus (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset})"
+      $B/engine backends
+      timeout 300 $B/tests/gpu/gpu_tests --gtest_brief=1 --gtest_filter='*MultiDevice*:*DeviceBinding*' || rc=1
+      for be in custom cudnn; do
+        for d in all 0; do
+          timeout 60 $B/engine -q run models/lenet5.json "$DATA/t10k-images-idx3-ubyte.gz" --backend $be --batch 1024 \
+            --devices $d --json --dump-outputs "$OUT/multi-$d.npy" >/dev/null || rc=1
+        done
+        if cmp -s "$OUT/multi-all.npy" "$OUT/multi-0.npy"; then
+          echo "engine run --backend $be --batch 1024 --devices all: bitwise equal to --devices 0"
+        else
+          echo "engine run --backend $be --batch 1024 --devices all: DIFFERENT from --devices 0"; rc=1
+        fi
+        rm -f "$OUT"/multi-*.npy
+      done
+      for d in 0 0,1 all; do
+        if [[ $d == 0,1 ]] && ((gpus < 2)); then echo "--devices 0,1 skipped: $gpus GPU(s)"; continue; fi
+        timeout 240 $B/engine bench "$model" --backend custom,cudnn --batch "${MULTI_BATCH:-65536}" --devices $d \
+          --duration "${BENCH_DURATION:-0.5}" --repetitions 3 --json "$OUT/multi-${d//,/}.json" || rc=1
+      done
+      return $rc
+    }
+    multi_all 2>&1 | tee "$OUT/multi.log" || status=1
     ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac

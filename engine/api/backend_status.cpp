@@ -23,7 +23,9 @@ std::vector<BackendStatus> backend_statuses() {
     } else {
       // Creating it is how a backend learns its device; a failure there is a reason too.
       try {
-        s.detail = registry.create(e.name)->description();
+        const auto backend = registry.create(e.name);
+        s.detail = backend->description();
+        s.devices = backend->devices();
         s.available = true;
       } catch (const std::exception& ex) {
         s.detail = ex.what();

@@ -12,6 +12,7 @@ struct BackendStatus {
   bool available = false;
   bool is_default = false;  // the one `engine run` (and cnnengine.load) takes without a backend
   std::string detail;       // description when available, the reason otherwise
+  std::vector<std::string> devices;  // GPU backends: one line per device by index (Backend::devices)
 };
 
 std::vector<BackendStatus> backend_statuses();

@@ -25,6 +25,10 @@ struct ModelBenchOptions {
   int profile_batch = 0;           // 0: the largest batch whose latency was <= 50 ms
   int max_cpu_batch = 4096;        // larger batches are skipped on the CPU backends (time)
   int threads = 0;                 // CPU backends' threads (CompileOptions::threads); 0: all cores
+  // GPU backends: "all" or "0,1,..." (engine::parse_device_list); empty: the current GPU. Every
+  // case runs on the first GPU listed; with several, each batch is also split across all of them
+  // (multi_device_bench.hpp), and that first GPU alone is re-timed the same way for the scaling.
+  std::string devices;
   std::string json_path;
   std::string command_line;  // recorded in the JSON
 };

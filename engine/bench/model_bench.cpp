@@ -27,6 +27,8 @@
 #include "engine/bench/bench.hpp"
 #include "engine/bench/common.hpp"
 #include "engine/bench/model_cost.hpp"
+#include "engine/bench/multi_device_bench.hpp"
+#include "engine/core/multi_device.hpp"
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/model_loader.hpp"
@@ -128,6 +130,7 @@ class ModelBench {
   void check_options() const;
   std::vector<std::string> pick_backends();
   void bench_backend(const std::string& name, Backend& backend);
+  void bench_split(Backend& backend, const std::string& name, int n);
   void bench_case(Executable& exe, const std::string& backend, int n, const std::string& mode, Scope scope,
                   const InputData& input);
   void one_iteration(Executable& exe, Scope scope, int n, const void* input, Samples& s);
@@ -150,6 +153,8 @@ class ModelBench {
   std::vector<Skip> skipped_;
   std::vector<std::string> notes_, hints_;
   Json profiles_ = Json::array();
+  std::vector<int> devices_;  // --devices; empty: not given
+  std::vector<MultiCase> multi_;
   std::unique_ptr<TimePoint> tp_[4];
   size_t header_notes_ = 0;  // notes printed in the header; later ones go after the summary
   bool complete_ = false;    // false in the JSON written after each batch, true in the final one
@@ -209,10 +214,25 @@ std::vector<std::string> ModelBench::pick_backends() {
       notes_.push_back(fmt::format("backend {} is not available here: {}", name, *why));
       spdlog::warn("backend {} is not available here: {}", name, *why);
       skipped_.push_back(Skip{name, 0, "not available: " + *why});
-    } else {
-      usable.push_back(name);
+      continue;
     }
+    if (!o_.devices.empty()) {
+      // --devices names GPUs: a host backend asked for by name is an error (as in `engine run`); one
+      // that came with `all` is left out, with a note.
+      const auto gpus = registry.create(name)->devices();
+      if (gpus.empty()) {
+        if (!all) throw std::invalid_argument(fmt::format("--devices: backend '{}' runs on the host, not on GPUs "
+                                                          "(--threads sets its parallelism)", name));
+        notes_.push_back(fmt::format("backend {} left out: --devices names GPUs and it runs on the host", name));
+        skipped_.push_back(Skip{name, 0, "runs on the host (--devices given)"});
+        continue;
+      }
+      if (devices_.empty()) devices_ = parse_device_list(o_.devices, int(gpus.size()));
+    }
+    usable.push_back(name);
   }
+  if (!o_.devices.empty() && devices_.empty() && !usable.empty())
+    throw std::invalid_argument("--devices: none of the backends asked for runs on a GPU");
   if (usable.empty()) throw std::runtime_error("none of the backends asked for can run here");
   return usable;
 }
@@ -383,6 +403,28 @@ void ModelBench::bench_case(Executable& exe, const std::string& backend, int n, 
   results_.push_back(std::move(r));
 }
 
+// The batch split across every GPU of --devices, against the first alone (multi_device_bench.hpp).
+void ModelBench::bench_split(Backend& backend, const std::string& name, int n) {
+  MultiSettings settings;
+  settings.warmup_ms = o_.warmup_ms;
+  settings.duration_s = o_.duration_s;
+  settings.iterations = o_.iterations;
+  settings.repetitions = o_.repetitions;
+  settings.percentiles = o_.percentiles;
+  settings.transfers = !o_.no_data_transfers;
+  CompileOptions copts;
+  copts.fuse = !o_.no_fuse;
+  copts.threads = o_.threads;
+  try {
+    multi_.push_back(bench_multi_device(backend, *graph_, copts, devices_, n, settings));
+    print_multi_case(multi_.back());
+  } catch (const std::exception& e) {
+    skipped_.push_back(Skip{name, n, fmt::format("split across {} GPUs: {}", devices_.size(), e.what())});
+    notes_.push_back(fmt::format("{}: batch {}: split across GPUs skipped: {}", name, n, e.what()));
+    spdlog::warn("{}: batch {}: split across GPUs skipped: {}", name, n, e.what());
+  }
+}
+
 void ModelBench::bench_backend(const std::string& name, Backend& backend) {
   std::vector<int> batches;
   for (int b : o_.batches) {
@@ -405,6 +447,7 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
       copts.max_batch = n;
       copts.fuse = !o_.no_fuse;
       copts.threads = o_.threads;
+      if (!devices_.empty()) copts.device = devices_.front();
       exe = backend.compile(*graph_, copts);
     } catch (const std::exception& e) {
       skipped_.push_back(Skip{name, n, fmt::format("compile failed: {}", e.what())});
@@ -481,6 +524,10 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
       }
       pipelined_ = false;
       exe->use_graph_replay(false);
+    }
+    if (devices_.size() > 1) {
+      exe.reset();  // its memory back before one executable per GPU is made
+      bench_split(backend, name, n);
     }
     // After each batch: a run cut short (a time limit) still leaves what it measured.
     if (!o_.json_path.empty()) write_json_file(o_.json_path, to_json());
@@ -790,7 +837,8 @@ Json ModelBench::to_json() const {
                        {"no_data_transfers", o_.no_data_transfers},
                        {"profile", o_.profile},
                        {"max_cpu_batch", o_.max_cpu_batch},
-                       {"threads", o_.threads}};
+                       {"threads", o_.threads},
+                       {"devices", devices_}};
   Json results = Json::array();
   for (const auto& r : results_) {
     Json e{{"backend", r.backend},
@@ -829,6 +877,9 @@ Json ModelBench::to_json() const {
     skipped.push_back(Json{{"backend", s.backend}, {"batch", s.batch}, {"reason", s.reason}});
   j["skipped"] = skipped;
   j["profiles"] = profiles_;
+  Json multi = Json::array();
+  for (const auto& c : multi_) multi.push_back(multi_case_json(c));
+  j["multi_device"] = multi;
   j["notes"] = notes_;
   j["hints"] = hints_;
   return j;

@@ -12,4 +12,14 @@ std::string render_backend_table(const std::vector<BackendStatus>& statuses, con
   return table.render({1}, indent);
 }
 
+std::string render_device_list(const std::vector<BackendStatus>& statuses, const std::string& indent) {
+  for (const auto& s : statuses) {
+    if (s.devices.empty()) continue;
+    TextTable table({"GPU", "device (--devices takes these indices, or all)"});
+    for (size_t i = 0; i < s.devices.size(); ++i) table.add({std::to_string(i), s.devices[i]});
+    return table.render({0}, indent);
+  }
+  return {};
+}
+
 }  // namespace engine::cli

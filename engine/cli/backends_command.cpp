@@ -7,7 +7,9 @@
 namespace engine::cli {
 
 int backends_command() {
-  fmt::print("{}", render_backend_table(backend_statuses(), ""));
+  const auto statuses = backend_statuses();
+  fmt::print("{}", render_backend_table(statuses, ""));
+  if (const std::string gpus = render_device_list(statuses, ""); !gpus.empty()) fmt::print("\n{}", gpus);
   return 0;
 }
 

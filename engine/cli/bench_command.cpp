@@ -42,6 +42,9 @@ CLI::App* add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU backends: threads to use (default: all cores)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--devices", o.devices,
+                  "GPU backends: all or indices like 0,1 (see `engine backends`); cases run on the first, and "
+                  "with several each batch is also split across all of them (scaling vs the first alone)");
   cmd->add_option("--warmup", o.warmup_ms, "Warm-up per case, milliseconds")->capture_default_str();
   cmd->add_option("--iterations", o.iterations, "At least this many iterations per repetition")
       ->check(CLI::PositiveNumber)

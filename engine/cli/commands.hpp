@@ -26,6 +26,7 @@ struct RunOptions {
   bool no_fuse = false;      // per-node kernels even where a backend would fuse
   bool no_cuda_graph = false;  // plain launches instead of CUDA-graph replay
   int threads = 0;  // CPU backends; 0: all cores
+  std::optional<std::string> devices;  // GPU backends: "all" or "0,1,..." (engine::parse_device_list); none: the current GPU
 };
 
 struct InfoOptions {

@@ -99,11 +99,14 @@ int info_command(const InfoOptions& o) {
   fmt::print("activation arena      {} floats per sample ({:.1f} KiB), reused by liveness\n",
              group_thousands(graph.arena_floats_per_sample), double(graph.arena_floats_per_sample) * 4 / 1024);
 
-  fmt::print("\nbackends built here\n{}", render_backend_table(backend_statuses(), "  "));
+  const auto statuses = backend_statuses();
+  fmt::print("\nbackends built here\n{}", render_backend_table(statuses, "  "));
+  if (const std::string gpus = render_device_list(statuses, "  "); !gpus.empty())
+    fmt::print("\nGPUs visible here\n{}", gpus);
   // How each usable backend would run this model (compiled for one image: the path does not depend
   // on the batch).
   bool header = false;
-  for (const auto& s : backend_statuses()) {
+  for (const auto& s : statuses) {
     if (!s.available) continue;
     std::string path;
     try {

@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run_cmd->add_option("--threads", run.threads, "CPU backends: threads to use (default: all cores)")
       ->check(CLI::Range(1, 4096));
+  run_cmd->add_option("--devices", run.devices,
+                      "GPU backends: the GPUs to split the images across, all or indices like 0,1 (see `engine "
+                      "backends`); the output is the bits of one GPU at the same --batch");
   run_cmd->add_flag("--nondeterministic", run.nondeterministic,
                     "Allow faster algorithms whose results may vary in the last bits from run to run");
   run_cmd->add_flag("--no-fuse", run.no_fuse,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/cli/commands.hpp"
@@ -13,6 +14,7 @@
 #include "engine/cli/progress.hpp"
 #include "engine/cli/run_report.hpp"
 #include "engine/core/graph.hpp"
+#include "engine/core/multi_device.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/error.hpp"
 #include "formats/idx.hpp"
@@ -26,6 +28,36 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// --devices on a GPU backend: the indices it names (checked against the GPUs visible); none given:
+// empty (the current GPU, as before --devices). A host backend has no GPUs to pick: an error, not a
+// silent no-op, so a script that meant a GPU run does not get a CPU one.
+std::vector<int> pick_devices(const Backend& backend, const std::optional<std::string>& text) {
+  if (!text) return {};
+  const auto names = backend.devices();
+  if (names.empty())
+    throw std::invalid_argument(fmt::format("--devices: backend '{}' runs on the host, not on GPUs (--threads sets "
+                                            "its parallelism)",
+                                            backend.name()));
+  return parse_device_list(*text, int(names.size()));
+}
+
+// One executable, or one per GPU driven as one (engine/core/multi_device.hpp).
+std::unique_ptr<Executable> compile_on(Backend& backend, const Graph& graph, CompileOptions copts,
+                                       const std::vector<int>& devices) {
+  if (devices.size() <= 1) {
+    if (!devices.empty()) copts.device = devices[0];
+    return backend.compile(graph, copts);
+  }
+  std::vector<std::unique_ptr<Executable>> parts;
+  std::vector<std::string> labels;
+  for (int d : devices) {
+    copts.device = d;
+    parts.push_back(backend.compile(graph, copts));  // each uploads its own copy of the weights
+    labels.push_back(fmt::format("GPU {}", d));
+  }
+  return std::make_unique<MultiDeviceExecutable>(std::move(parts), std::move(labels));
 }
 
 std::unique_ptr<Backend> pick_backend(const std::string& name) {
@@ -86,6 +118,7 @@ void write_predictions(const std::string& path, const RunResult& r) {
 int run_command(const RunOptions& o) {
   // The backend first: a wrong --backend should fail before seconds of loading.
   auto backend = pick_backend(o.backend);
+  const std::vector<int> devices = pick_devices(*backend, o.devices);
 
   const auto load_start = Clock::now();
   auto model = std::make_shared<const formats::Model>(formats::load_model(o.model));
@@ -109,19 +142,35 @@ int run_command(const RunOptions& o) {
   const Graph graph = plan_graph(model);
   CompileOptions copts;
   copts.max_batch = int(std::min<int64_t>(o.batch.value_or(backend->preferred_batch()), count));
+  if (devices.size() > 1 && !o.batch) {
+    // Whole batches are split across the GPUs: with the default batch every GPU gets at least one.
+    const int64_t per_device = (count + int64_t(devices.size()) - 1) / int64_t(devices.size());
+    copts.max_batch = int(std::min<int64_t>(copts.max_batch, per_device));
+  }
   copts.deterministic = !o.nondeterministic;
   copts.precision = o.precision == "tf32" ? Precision::TF32 : Precision::FP32;
   copts.fuse = !o.no_fuse;
   copts.threads = o.threads;
-  auto exe = backend->compile(graph, copts);
+  auto exe = compile_on(*backend, graph, copts, devices);
   const double plan_seconds = seconds_since(plan_start);
-  spdlog::info("planned for batch {} in {:.3f} s", copts.max_batch, plan_seconds);
+  spdlog::info("planned for batch {} in {:.3f} s{}", copts.max_batch, plan_seconds,
+               devices.size() > 1 ? fmt::format(" on each of {} GPUs", devices.size()) : std::string());
+  if (devices.size() > 1 && (count + copts.max_batch - 1) / copts.max_batch < int64_t(devices.size()))
+    spdlog::warn("{} batch(es) of {} for {} GPUs: some GPUs get no work (a smaller --batch spreads the images)",
+                 (count + copts.max_batch - 1) / copts.max_batch, copts.max_batch, devices.size());
   if (const std::string path = exe->execution_path(); !path.empty()) spdlog::info("{}: {}", backend->name(), path);
   if (const std::string summary = exe->plan_summary(); !summary.empty()) spdlog::debug("plan: {}", summary);
 
   RunResult r;
   r.backend = backend->name();
   r.device = backend->description();
+  if (!devices.empty()) {
+    const auto names = backend->devices();
+    std::string on;
+    for (int d : devices) on += fmt::format("{}GPU {} = {}", on.empty() ? "" : ", ", d, names[size_t(d)]);
+    r.device += " [--devices: " + on + "]";
+    r.devices = devices;
+  }
   r.path = exe->execution_path();
   r.model_name = model->name;
   r.model_path = o.model;
@@ -148,12 +197,24 @@ int run_command(const RunOptions& o) {
   const size_t sample_bytes = data.sample_bytes();
   r.first_output.assign(size_t(count * K), 0.0f);
   r.predicted.assign(size_t(count), 0);
+  const int64_t batches = (count + copts.max_batch - 1) / copts.max_batch;
+  // Several batches on a GPU go through run_batches, a group of up to 8 at a time per GPU (the
+  // progress bar moves per group): the next batch's upload overlaps this one's compute, and with
+  // --devices the group's batches are split across the GPUs. One GPU with a model of several
+  // outputs keeps the plain loop (as before --devices); several GPUs need run_batches, so the other
+  // outputs' buffers (not reported) hold a whole group.
+  const bool multi = devices.size() > 1;
+  const bool overlap = exe->overlaps_batches() && batches > 1 && (graph.outputs.size() == 1 || multi);
+  if (overlap) spdlog::debug("batches overlapped: uploads on a second stream, two input slots");
+  const int64_t step = overlap ? int64_t(copts.max_batch) * 8 * int64_t(std::max<size_t>(1, devices.size()))
+                               : copts.max_batch;
   std::vector<std::vector<float>> other_outputs;
   for (size_t i = 1; i < graph.outputs.size(); ++i)
-    other_outputs.emplace_back(size_t(graph.output_elements(i)) * size_t(copts.max_batch));
+    other_outputs.emplace_back(size_t(graph.output_elements(i)) * size_t(std::min<int64_t>(step, count)));
   std::vector<float*> pointers(graph.outputs.size());
   for (size_t i = 1; i < graph.outputs.size(); ++i) pointers[i] = other_outputs[i - 1].data();
-  const int64_t batches = (count + copts.max_batch - 1) / copts.max_batch;
+  std::vector<int64_t> elements(graph.outputs.size());
+  for (size_t i = 0; i < elements.size(); ++i) elements[i] = graph.output_elements(i);
   ProgressBar progress(count, batches > 1);
   RunTimings device{};
   bool have_device_timings = false;
@@ -168,13 +229,6 @@ int run_command(const RunOptions& o) {
   if (exe->pin_host_input(data.bytes(), size_t(count) * sample_bytes))
     spdlog::debug("input images page-locked for direct uploads");
 
-  // Several batches on a GPU go through run_batches, a group of up to 8 at a time (the progress
-  // bar moves per group): the next batch's upload overlaps this one's compute. A model with
-  // several outputs keeps the plain loop (their buffers hold one batch).
-  const bool overlap = exe->overlaps_batches() && batches > 1 && graph.outputs.size() == 1;
-  if (overlap) spdlog::debug("batches overlapped: uploads on a second stream, two input slots");
-  const int64_t step = overlap ? int64_t(copts.max_batch) * 8 : copts.max_batch;
-  const int64_t elements[] = {K};
   const auto run_start = Clock::now();
   for (int64_t start = 0; start < count; start += step) {
     const int64_t n = std::min<int64_t>(step, count - start);

@@ -81,6 +81,7 @@ std::string run_report_json(const RunResult& r) {
   json j;
   j["backend"] = r.backend;
   j["device"] = r.device;
+  if (!r.devices.empty()) j["devices"] = r.devices;
   j["model"] = r.model_name;
   j["model_path"] = r.model_path;
   j["data"] = r.data_path;

@@ -11,6 +11,7 @@ namespace engine::cli {
 
 struct RunResult {
   std::string backend, device;
+  std::vector<int> devices;  // --devices: the GPUs the images were split across; empty: not given
   std::string path;  // the backend's execution path (fused or per-node), empty when it has one
   std::string model_name, model_path, data_path, labels_path;  // labels_path empty: no labels
   std::vector<std::string> class_names;                         // the model's labels, may be empty

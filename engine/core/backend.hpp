@@ -10,6 +10,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/core/graph.hpp"
 
@@ -27,6 +28,10 @@ struct CompileOptions {
   // CPU backends: threads a run may use (like ONNX Runtime's intra_op_num_threads); 0 = all cores
   // (OpenMP's default, which OMP_NUM_THREADS overrides). GPU backends ignore it.
   int threads = 0;
+  // GPU backends: the CUDA device (an index of Backend::devices()) the executable binds to; every
+  // CUDA call it makes, destruction included, runs with that device current. -1: the device current
+  // when compile() is called (0 unless the caller set another). CPU backends ignore it.
+  int device = -1;
 };
 
 // Per-run timing a backend may report (GPU backends fill it from CUDA events).
@@ -147,6 +152,9 @@ class Backend {
   // The batch capacity `engine run` plans for when the user gives none: small on a CPU (cache-sized
   // tiles, prompt progress), large on a GPU (a batch must fill the device to pay for its launches).
   virtual int preferred_batch() const { return 256; }
+  // GPU backends: one line per device an executable can bind to (CompileOptions::device), by index:
+  // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)". Empty for a backend that runs on the host.
+  virtual std::vector<std::string> devices() const { return {}; }
 };
 
 // Throws std::runtime_error naming every node the backend cannot run, before anything runs.

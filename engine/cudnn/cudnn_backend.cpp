@@ -20,11 +20,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/core/registry.hpp"
 #include "engine/cudnn/cudnn_executable.hpp"
 #include "engine/cudnn/steps.hpp"
 #include "engine/gpu/device.hpp"
+#include "engine/gpu/device_executable.hpp"
 
 namespace engine::cudnn {
 namespace {
@@ -54,9 +56,11 @@ class CudnnBackend final : public Backend {
   std::optional<std::string> unsupported(const formats::Node& node) const override {
     return unsupported_reason(node);
   }
+  std::vector<std::string> devices() const override { return gpu::device_descriptions(); }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     check_supported(*this, graph);
-    return std::make_unique<CudnnExecutable>(graph, options);
+    // Handles, workspaces, algorithm choice and weights on the options' device, bound to it.
+    return gpu::compile_on_device(options, [&] { return std::make_unique<CudnnExecutable>(graph, options); });
   }
 };
 

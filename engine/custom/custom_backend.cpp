@@ -32,6 +32,7 @@
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
 #include "engine/gpu/device.hpp"
+#include "engine/gpu/device_executable.hpp"
 #include "engine/gpu/gpu_executable.hpp"
 
 namespace engine::custom {
@@ -413,8 +414,15 @@ class CustomBackend final : public Backend {
     return std::string("op not implemented by the custom backend");
   }
   int preferred_batch() const override { return 65536; }
+  std::vector<std::string> devices() const override { return gpu::device_descriptions(); }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     check_supported(*this, graph);
+    // Everything below (device limits, weights, kernel attributes) on the options' device.
+    return gpu::compile_on_device(options, [&] { return compile_here(graph, options); });
+  }
+
+ private:
+  std::unique_ptr<Executable> compile_here(const Graph& graph, const CompileOptions& options) {
     const fused::DeviceShape device = read_device_shape();
     const std::string header = fmt::format(
         "custom: hand-written CUDA kernels on {}; deterministic by construction (fixed summation order, no "

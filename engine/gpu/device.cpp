@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <stdexcept>
 
 #include "engine/gpu/cuda_check.hpp"
 
@@ -56,8 +57,55 @@ std::optional<std::string> no_gpu_reason() {
 
 DeviceInfo current_device() {
   if (auto why = no_gpu_reason()) throw CudaError(*why);
+  int index = 0;
+  CUDA_CHECK(cudaGetDevice(&index));
+  return device_info(index);
+}
+
+int device_count() {
+  if (no_gpu_reason()) return 0;
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  return count;
+}
+
+std::vector<std::string> device_descriptions() {
+  std::vector<std::string> out;
+  const int count = device_count();
+  for (int i = 0; i < count; ++i) out.push_back(describe(device_info(i)));
+  return out;
+}
+
+int resolve_device(int requested) {
+  if (requested < 0) {
+    if (auto why = no_gpu_reason()) throw CudaError(*why);
+    int current = 0;
+    CUDA_CHECK(cudaGetDevice(&current));
+    return current;
+  }
+  const int count = device_count();
+  if (count == 0) throw CudaError(*no_gpu_reason());
+  if (requested >= count)
+    throw std::invalid_argument(fmt::format("GPU {} does not exist ({} visible here: {})", requested, count,
+                                            count == 1 ? std::string("0") : fmt::format("0..{}", count - 1)));
+  return requested;
+}
+
+DeviceGuard::DeviceGuard(int device) : device_(device) {
+  CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device_) CUDA_CHECK(cudaSetDevice(device_));
+}
+
+DeviceGuard::~DeviceGuard() {
+  // No throwing from a destructor: a failure to switch back is cleared, and the next CUDA call on
+  // this thread (which sets its own device through a guard) is unaffected.
+  if (previous_ != device_ && cudaSetDevice(previous_) != cudaSuccess) cudaGetLastError();
+}
+
+DeviceInfo device_info(int index) {
+  if (auto why = no_gpu_reason()) throw CudaError(*why);
   DeviceInfo info;
-  CUDA_CHECK(cudaGetDevice(&info.index));
+  info.index = index;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, info.index));
   info.name = prop.name;

@@ -91,9 +91,11 @@ GpuExecutable::~GpuExecutable() {
     cudaStreamSynchronize(stream());
     cudaGraphExecDestroy(graph_exec_);
   }
-  if (pinned_user_) {
+  if (pinned_user_ && pinned_user_owned_) {
     cudaStreamSynchronize(stream());
-    cudaHostUnregister(const_cast<uint8_t*>(pinned_user_));
+    // A failure here (memory already unregistered) must not linger as the runtime's last error, where
+    // another executable's next launch check would report it as its own.
+    if (cudaHostUnregister(const_cast<uint8_t*>(pinned_user_)) != cudaSuccess) cudaGetLastError();
   }
 }
 
@@ -101,12 +103,19 @@ bool GpuExecutable::pin_host_input(const void* data, size_t bytes) {
   if (pinned_user_ || data == nullptr || bytes == 0) return false;
   // Page-locking is a plan-time cost (about a millisecond per 10 MB); if the system refuses (locked
   // memory limits), uploads keep going through the staging buffer.
-  if (cudaHostRegister(const_cast<void*>(data), bytes, cudaHostRegisterDefault) != cudaSuccess) {
+  // With unified addressing (every 64-bit CUDA platform) registered memory is portable: page-locked
+  // for every device. Another executable of the same input (one per GPU, engine/core/multi_device.hpp)
+  // may have registered it already; then it is used as is and left for that one to unregister
+  // (executables of a multi-device executable all live and die together).
+  const cudaError_t status = cudaHostRegister(const_cast<void*>(data), bytes, cudaHostRegisterPortable);
+  if (status != cudaSuccess && status != cudaErrorHostMemoryAlreadyRegistered) {
     cudaGetLastError();
     return false;
   }
+  if (status == cudaErrorHostMemoryAlreadyRegistered) cudaGetLastError();
   pinned_user_ = static_cast<const uint8_t*>(data);
   pinned_user_bytes_ = bytes;
+  pinned_user_owned_ = status == cudaSuccess;
   return true;
 }
 

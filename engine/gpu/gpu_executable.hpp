@@ -78,6 +78,7 @@ class GpuExecutable : public Executable {
   DeviceBuffer<float> graph_input_copy_;  // the input across the plain forward before a capture
   const uint8_t* pinned_user_ = nullptr;  // host memory registered by pin_host_input, uploaded from directly
   size_t pinned_user_bytes_ = 0;
+  bool pinned_user_owned_ = false;  // registered by us (unregistered at destruction), not by a sibling
   cudaGraphExec_t graph_exec_ = nullptr;  // forward(graph_n_) as captured
   // run_batches' second slot and stream, made on its first call (not needed by run()).
   struct Overlap {

@@ -206,6 +206,41 @@ TEST_F(EngineCli, RunJsonSummaryIsTheWholeStdout) {
   EXPECT_NE(r.err.find("using backend cpu"), std::string::npos) << r.err;
 }
 
+// --devices names GPUs: on a host backend it is an error, for run and bench alike (not a silent
+// no-op that would turn a meant GPU run into a CPU one).
+TEST_F(EngineCli, DevicesOnAHostBackendIsAnError) {
+  write_tiny_dataset();
+  const EngineResult run = engine({"run", model_, images_, "--backend", "cpu", "--devices", "0"});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  expect_one_line_error(run, "--devices: backend 'cpu' runs on the host, not on GPUs");
+  const EngineResult bench = engine({"bench", model_, "--backend", "reference", "--batch", "1", "--devices", "all",
+                                     "--duration", "0", "--iterations", "1", "--repetitions", "1"});
+  EXPECT_EQ(bench.exit_code, 1) << bench.err;
+  expect_one_line_error(bench, "--devices: backend 'reference' runs on the host, not on GPUs");
+}
+
+// A GPU that does not exist, a duplicate, an empty list: each one line naming it. Without a GPU the
+// backend is unavailable first (that message is checked elsewhere).
+TEST_F(EngineCli, BadDeviceListsAreNamed) {
+  write_tiny_dataset();
+  int checked = 0;
+  for (const std::string backend : {"custom", "cudnn"}) {
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {"99", "GPU 99 does not exist ("}, {"0,0", "GPU 0 is named twice"}, {"", "an empty device index"},
+        {"x", "'x' is not a device index"}};
+    for (const auto& [list, fragment] : cases) {
+      const EngineResult r = engine({"run", model_, images_, "--backend", backend, "--devices", list});
+      if (r.err.find("is not available here") != std::string::npos ||
+          r.err.find("unknown backend") != std::string::npos)
+        continue;
+      ++checked;
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      expect_one_line_error(r, fragment);
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no GPU backend runs here";
+}
+
 // --threads changes nothing but the speed: cpu and reference give the same report for 1 and 3 threads.
 TEST_F(EngineCli, ThreadsOptionGivesTheSameAnswers) {
   write_tiny_dataset();
