@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -211,8 +212,14 @@ MultiCase bench_multi_device(Backend& backend, const Graph& graph, const Compile
   c.one = measure_set(backend, graph, base, {devices.front()}, batch, settings);
   spdlog::info("{}: batch {}: split across {} GPUs", c.backend, batch, devices.size());
   c.all = measure_set(backend, graph, base, devices, batch, settings);
-  for (size_t i = 0; i < c.all.size() && i < c.one.size(); ++i)
-    c.all[i].scaling = c.one[i].images_per_s > 0 ? c.all[i].images_per_s / c.one[i].images_per_s : 0;
+  const int64_t each_total = int64_t(batch) * int64_t(devices.size());
+  if (devices.size() > 1 && each_total <= std::numeric_limits<int>::max()) {
+    spdlog::info("{}: batch {} on each of {} GPUs", c.backend, batch, devices.size());
+    c.each = measure_set(backend, graph, base, devices, int(each_total), settings);
+  }
+  for (auto* v : {&c.all, &c.each})
+    for (size_t i = 0; i < v->size() && i < c.one.size(); ++i)
+      (*v)[i].scaling = c.one[i].images_per_s > 0 ? (*v)[i].images_per_s / c.one[i].images_per_s : 0;
   return c;
 }
 
@@ -220,19 +227,23 @@ void print_multi_case(const MultiCase& c) {
   std::string gpus;
   if (!c.all.empty())
     for (int d : c.all.front().devices) gpus += (gpus.empty() ? "" : ",") + std::to_string(d);
-  fmt::print("\n=== {} | batch {} | split across GPUs {} (host-timed: start on all to end on all) ===\n", c.backend,
-             c.batch, gpus);
-  Table t({"scope", "GPU alone images/s", "all GPUs images/s", "scaling", "ideal", "per GPU images/s", "±%"});
-  for (size_t i = 0; i < c.all.size(); ++i) {
-    const MultiScope& a = c.all[i];
-    std::string per;
-    for (size_t d = 0; d < a.devices.size(); ++d)
-      per += fmt::format("{}{}: {}", per.empty() ? "" : ", ", a.devices[d], si(a.device_images_per_s[d]));
-    t.add({a.scope, i < c.one.size() ? si(c.one[i].images_per_s) : "-", si(a.images_per_s),
-           fmt::format("{:.2f}x", a.scaling), fmt::format("{}x", a.devices.size()), per,
-           fmt::format("{:.1f}", a.spread_pct)});
-  }
-  fmt::print("{}", t.render());
+  auto table = [&](const std::vector<MultiScope>& v, const std::string& title) {
+    if (v.empty()) return;
+    fmt::print("\n=== {} | {} | GPUs {} (host-timed: start on all to end on all) ===\n", c.backend, title, gpus);
+    Table t({"scope", "GPU alone images/s", "all GPUs images/s", "scaling", "ideal", "per GPU images/s", "±%"});
+    for (size_t i = 0; i < v.size(); ++i) {
+      const MultiScope& a = v[i];
+      std::string per;
+      for (size_t d = 0; d < a.devices.size(); ++d)
+        per += fmt::format("{}{}: {}", per.empty() ? "" : ", ", a.devices[d], si(a.device_images_per_s[d]));
+      t.add({a.scope, i < c.one.size() ? si(c.one[i].images_per_s) : "-", si(a.images_per_s),
+             fmt::format("{:.2f}x", a.scaling), fmt::format("{}x", a.devices.size()), per,
+             fmt::format("{:.1f}", a.spread_pct)});
+    }
+    fmt::print("{}", t.render());
+  };
+  table(c.all, fmt::format("batch {} split across the GPUs", c.batch));
+  table(c.each, fmt::format("batch {} on each GPU", c.batch));
   std::fflush(stdout);
 }
 
@@ -254,7 +265,8 @@ Json multi_case_json(const MultiCase& c) {
               {"batch", c.batch},
               {"timing", "host clock from the start on all devices to the end on all; pipelined per batch"},
               {"one_device", scopes(c.one)},
-              {"all_devices", scopes(c.all)}};
+              {"all_devices", scopes(c.all)},
+              {"batch_on_each_device", scopes(c.each)}};
 }
 
 }  // namespace engine::bench

@@ -6,6 +6,8 @@
 // the same way here rather than taken from the event-timed single-device cases.
 //   compute    compute(share) enqueued on every device, then every device synchronised;
 //   e2e        stage_input, compute, fetch_outputs on every device, then every device synchronised;
+// With several devices it also runs N x batch images per iteration, a batch per device (the
+// data-parallel way), against the same baseline.
 //   pipelined  kStreamBatches x batch images from page-locked memory through MultiDeviceExecutable
 //              ::run_batches (whole batches of the share size split across the devices, one host
 //              thread per device, each overlapping its uploads with its compute).
@@ -39,6 +41,9 @@ struct MultiCase {
   std::string backend;
   int batch = 0;
   std::vector<MultiScope> one, all;  // the first device alone; every device
+  // Every device with a whole batch of its own (N x batch images per iteration): how a data-parallel
+  // user runs (a batch per GPU), where `all` splits one batch and shrinks each GPU's share.
+  std::vector<MultiScope> each;
 };
 
 // Throws on a compile or run failure (the caller records it as a skip).
