@@ -126,52 +126,24 @@ __device__ __forceinline__ void request_slice(const DenseLayer& D, const DenseSh
 // Every dense layer of one image: its input row is at layers[0].in_off in every block of the team;
 // slice 0 of layer 0 was requested into slice buffer 0 (and committed) before the call. Ends with a
 // team barrier.
-// Dense layers from this index on run on the team's first block alone (a cluster; a single block
-// runs every layer itself anyway): the small layers at the end of a chain (LeNet-5's f6 and f7:
-// 10 k and 1 k FMAs) gain nothing from a split, since an output's sum is one thread's sequential
-// chain either way, and running them in one block saves a cluster barrier (a GPU-scope fence and
-// an L1 invalidation, ~12 % of the batch-1 time in session 4's profile) per layer and the one at
-// exit. Uniform over the team: computed from the parameters alone.
-inline constexpr int kImageLocalDenseFmas = 16384;
-
-template <bool kCluster>
-__device__ int dense_local_from(const DenseChainParams& dp, const Team<kCluster>& team) {
-  int from = dp.layer_count;
-  if (team.size > 1)
-    for (int l = dp.layer_count - 1; l >= 1 && dp.layers[l].units_padded * dp.layers[l].in_padded <= kImageLocalDenseFmas;
-         --l)
-      from = l;
-  return from;
-}
-
-// Every dense layer of one image: its input row is at layers[0].in_off in every block of the team;
-// slice 0 of layer 0 was requested into slice buffer 0 (and committed) before the call. Ends with a
-// team barrier after the last split layer; the layers from dense_local_from on run in rank 0 only
-// (the other blocks return), each ending with a block barrier.
 template <bool kCluster>
 __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kCluster>& team) {
   const DenseChainParams& dp = p.dense;
   const auto st = team_store(team);
-  const int local_from = dense_local_from(dp, team);
-  auto share = [&](const DenseLayer& D, int l) {
-    return l >= local_from ? DenseShare(D, 0, 1) : DenseShare(D, team.rank, team.size);
-  };
   float* acc = smem + p.acc_off;
   int buf = 0;
   for (int l = 0; l < dp.layer_count; ++l) {
-    const bool local = l >= local_from;
-    if (local && team.rank != 0) return;
     const DenseLayer& D = dp.layers[l];
-    const DenseShare sh = share(D, l);
+    const DenseShare sh(D, team.rank, team.size);
     const unsigned epi = D.epilogue.code;
     const float* a = smem + D.in_off;
     for (int j = 0; j < sh.slices; ++j) {
       // The next slice (of this layer or the next) loads while this one is used.
       if (j + 1 < sh.slices) {
         request_slice(D, sh, j + 1, smem + p.slice_off[buf ^ 1]);
-      } else if (l + 1 < dp.layer_count && (l + 1 < local_from || team.rank == 0)) {
+      } else if (l + 1 < dp.layer_count) {
         const DenseLayer& next = dp.layers[l + 1];
-        request_slice(next, share(next, l + 1), 0, smem + p.slice_off[buf ^ 1]);
+        request_slice(next, DenseShare(next, team.rank, team.size), 0, smem + p.slice_off[buf ^ 1]);
       }
       __pipeline_commit();
       __pipeline_wait_prior(1);  // every group but the newest: this slice has landed
@@ -184,18 +156,13 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
         const float* ar = a + r0;
 #pragma unroll 8
         for (int r = 0; r < rows; ++r) s = fmaf(ar[r], w[r * sh.cols + u], s);
-        if (j + 1 < sh.slices) {
-          acc[u] = s;
-        } else {
-          const float v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
-          if (local) smem[D.out_off + u] = v;
-          else st(&smem[D.out_off + u], v);
-        }
+        if (j + 1 < sh.slices) acc[u] = s;
+        else st(&smem[D.out_off + u], u < D.units ? apply_epilogue(s, epi) : 0.0f);
       }
       __syncthreads();  // the slice buffer is requested again two slices on
       buf ^= 1;
     }
-    if (!local) team.sync();  // the layer's outputs, from every block, are in place
+    team.sync();  // the layer's outputs, from every block, are in place
   }
 }
 
@@ -264,9 +231,7 @@ __global__ void __launch_bounds__(kImageThreads)
     }
   }
   __pipeline_wait_prior(0);  // nothing may be left in flight into shared memory at exit
-  // No block may exit while another can still store into it: when the last dense layers ran in
-  // rank 0 alone, the last remote stores were followed by a team barrier already.
-  if (!p.has_dense || dense_local_from(p.dense, team) >= p.dense.layer_count) team.sync();
+  team.sync();               // and no block may exit while another can still store into it
 }
 
 }  // namespace
