@@ -48,8 +48,7 @@ __device__ void run_conv(const SpatialLayer& L, const float* staged, float* smem
   }
 }
 
-template <int kMinBlocks>
-__global__ void __launch_bounds__(kConvThreads, kMinBlocks)
+__global__ void __launch_bounds__(kConvThreads, 2)
     conv_chain_kernel(const __grid_constant__ ConvChainParams p, const float* __restrict__ weights,
                       const float* __restrict__ x, float* __restrict__ y, int n) {
   extern __shared__ __align__(16) float smem[];
@@ -86,18 +85,13 @@ __global__ void __launch_bounds__(kConvThreads, kMinBlocks)
 }  // namespace
 
 void conv_chain_prepare(int smem_bytes, const char* context) {
-  CUDA_CHECK_CTX(cudaFuncSetAttribute(conv_chain_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
-                 context);
-  CUDA_CHECK_CTX(cudaFuncSetAttribute(conv_chain_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+  CUDA_CHECK_CTX(cudaFuncSetAttribute(conv_chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
                  context);
 }
 
-int conv_chain_blocks_per_sm(int smem_bytes, int min_blocks) {
+int conv_chain_blocks_per_sm(int smem_bytes) {
   int blocks = 0;
-  if (min_blocks == 3)
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, conv_chain_kernel<3>, kConvThreads, smem_bytes));
-  else
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, conv_chain_kernel<2>, kConvThreads, smem_bytes));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, conv_chain_kernel, kConvThreads, smem_bytes));
   return blocks;
 }
 
@@ -106,10 +100,7 @@ void conv_chain_forward(const ConvChainParams& p, const float* weights, const fl
   if (n <= 0) return;
   const int tiles = (n + p.tile_images - 1) / p.tile_images;
   const int grid = tiles < blocks ? tiles : blocks;
-  if (p.min_blocks == 3)
-    conv_chain_kernel<3><<<grid, kConvThreads, size_t(p.smem_floats) * sizeof(float), stream>>>(p, weights, x, y, n);
-  else
-    conv_chain_kernel<2><<<grid, kConvThreads, size_t(p.smem_floats) * sizeof(float), stream>>>(p, weights, x, y, n);
+  conv_chain_kernel<<<grid, kConvThreads, size_t(p.smem_floats) * sizeof(float), stream>>>(p, weights, x, y, n);
   CUDA_CHECK_LAUNCH(context);
 }
 

@@ -43,7 +43,7 @@ class FusedExecutable final : public gpu::GpuExecutable {
       conv_weights_ = upload(plan_.conv_weights, "fused conv chain weights");
       const int bytes = plan_.conv.smem_floats * 4;
       conv_chain_prepare(bytes, "fused conv chain: shared-memory limit");
-      const int per_sm = conv_chain_blocks_per_sm(bytes, plan_.conv.min_blocks);
+      const int per_sm = conv_chain_blocks_per_sm(bytes);
       if (per_sm < 1)
         throw gpu::CudaError(fmt::format("fused conv chain: a block with {} KiB of shared memory cannot be resident",
                                          bytes / 1024));

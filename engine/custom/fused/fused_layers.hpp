@@ -110,9 +110,6 @@ struct ConvChainParams {
   int input_channels = 0, input_height = 0, input_width = 0;  // per sample, in global memory
   int output_elements = 0;    // per sample: the last layer's [C, H, W], written flattened (CHW)
   int tile_images = 1;        // T
-  // Resident blocks per SM the kernel is compiled and the tile sized for: 2 (up to 128 registers),
-  // or 3 (80 registers, a smaller tile; ENGINE_FUSED_CONV_BLOCKS=3).
-  int min_blocks = 2;
   int weight_floats = 0;      // staged once per block at the start of the shared memory
   int smem_floats = 0;        // total dynamic shared memory, in floats
 };
@@ -156,8 +153,8 @@ struct ImageChainParams {
 
 // Launchers (conv_chain.cu, dense_chain.cu, image_chain.cu). `blocks` is the persistent grid chosen at plan time;
 // each block loops over tiles of images. Throw engine::gpu::CudaError naming `context`.
-void conv_chain_prepare(int smem_bytes, const char* context);  // raises the kernels' shared-memory limit
-int conv_chain_blocks_per_sm(int smem_bytes, int min_blocks);
+void conv_chain_prepare(int smem_bytes, const char* context);  // raises the kernel's shared-memory limit
+int conv_chain_blocks_per_sm(int smem_bytes);
 void conv_chain_forward(const ConvChainParams& p, const float* weights, const float* x, float* y, int n,
                         int blocks, cudaStream_t stream, const char* context);
 

@@ -263,12 +263,9 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
   for (size_t i = 0; i < tensors.size(); ++i) region[i % 2] = std::max<int64_t>(region[i % 2], tensors[i].image);
   const int64_t per_image = region[0] + region[1];
   const int64_t weights_bytes = int64_t(p.weight_floats) * 4;
-  // Two blocks per SM when they fit (one block's barriers then overlap the other's work), else one;
-  // ENGINE_FUSED_CONV_BLOCKS=3 sizes the tile for three (the 80-register build of the kernel).
+  // Two blocks per SM when they fit (one block's barriers then overlap the other's work), else one.
   const int64_t limit = dev.shared_optin_bytes;
-  const char* blocks_env = std::getenv("ENGINE_FUSED_CONV_BLOCKS");
-  p.min_blocks = (!image && blocks_env && std::string(blocks_env) == "3") ? 3 : 2;
-  int64_t T = image ? 1 : (limit / p.min_blocks - 1024 - weights_bytes) / (per_image * 4);
+  int64_t T = image ? 1 : (limit / 2 - 1024 - weights_bytes) / (per_image * 4);
   if (T < 1) T = (limit - weights_bytes) / (per_image * 4);
   if (T < 1)
     throw NotFused{fmt::format("one image's activations ({} KiB) and the conv weights ({} KiB) exceed the {} KiB "
