@@ -49,8 +49,10 @@ bool run_plot(const std::string& python, const std::string& tool, const std::str
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-// Interpreters to try, in order: the project's .venv beside tools/, the system's, the PATH's.
+// Interpreters to try, in order: ENGINE_PYTHON alone when set; else the project's .venv beside
+// tools/, the system's, the PATH's.
 std::vector<std::string> pythons(const std::string& tool) {
+  if (const char* forced = std::getenv("ENGINE_PYTHON")) return {forced};
   std::vector<std::string> out;
   std::error_code ec;
   const auto venv = std::filesystem::path(tool).parent_path().parent_path() / ".venv" / "bin" / "python";
