@@ -56,6 +56,8 @@ struct TrainCommandOptions {
   std::string backend;     // empty: cpu
   int threads = 0;         // 0: all cores
   int early_stopping = 0;  // patience in epochs; 0: off
+  int64_t steps = 0;       // stop after this many steps in all (0: run every epoch)
+  int64_t limit = 0;       // train on the first N samples only (0: all)
   std::string output;      // OUT.json
   bool no_shuffle = false, no_checkpoints = false, no_plot = false;
 };

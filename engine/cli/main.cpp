@@ -115,6 +115,9 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--early-stopping", train.early_stopping,
                         "Stop after PATIENCE epochs without a lower validation loss; keep the best epoch")
       ->check(CLI::Range(1, 100000));
+  train_cmd->add_option("--steps", train.steps, "Stop after N steps in all (seed 003's schedule: 1600)")
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--limit", train.limit, "Train on the first N samples of --data only")->check(CLI::PositiveNumber);
   train_cmd->add_option("-o,--output", train.output, "Trained model to write (OUT.json + OUT.safetensors)")->required();
   train_cmd->add_flag("--no-shuffle", train.no_shuffle, "Keep the data's order (comparisons with other frameworks)");
   train_cmd->add_flag("--no-checkpoints", train.no_checkpoints, "Write no per-epoch checkpoint (OUT.checkpoints/)");

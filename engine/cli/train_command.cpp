@@ -130,7 +130,12 @@ int train_command(const TrainCommandOptions& o) {
   if (classes > 256)
     throw std::invalid_argument(fmt::format("model '{}' has {} classes; labels are bytes, so at most 256", model.name, classes));
 
-  const LabelledSet train_set = load_labelled_set(model, classes, o.data, o.labels, "training set");
+  LabelledSet train_set = load_labelled_set(model, classes, o.data, o.labels, "training set");
+  if (o.limit > 0 && o.limit < train_set.count) {
+    train_set.count = o.limit;
+    train_set.bytes.resize(size_t(o.limit) * train_set.sample_bytes);
+    train_set.labels.resize(size_t(o.limit));
+  }
   std::optional<LabelledSet> val_set;
   if (!o.val.empty()) val_set = load_labelled_set(model, classes, o.val, o.val_labels, "validation set");
   spdlog::info("training set: {} samples from {} (labels {}){}", train_set.count, train_set.source, train_set.labels_path,
@@ -162,7 +167,8 @@ int train_command(const TrainCommandOptions& o) {
                {"momentum", opt.momentum},  {"weight_decay", opt.weight_decay},
                {"batch", topts.max_batch},  {"epochs", o.epochs},
                {"seed", o.seed},            {"shuffle", !o.no_shuffle},
-               {"initialised", init},       {"threads", o.threads}};
+               {"initialised", init},       {"threads", o.threads},
+               {"steps", o.steps},          {"limit", o.limit}};
 
   // The order of samples: one SplitMix64 stream for the whole run, a Fisher-Yates shuffle per epoch.
   train::SplitMix64 rng(train::shuffle_stream(o.seed));
@@ -174,13 +180,18 @@ int train_command(const TrainCommandOptions& o) {
   double best_val = std::numeric_limits<double>::infinity();
   int since_best = 0;
 
-  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+  bool out_of_steps = false;
+  for (int epoch = 1; epoch <= o.epochs && !out_of_steps; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     if (!o.no_shuffle) train::shuffle(order, rng);
     Pass pass;
     ProgressBar progress(train_set.count, true);
     const auto start = Clock::now();
     for (int64_t first = 0; first < train_set.count; first += batch) {
+      if (o.steps > 0 && trainer->steps_taken() >= o.steps) {
+        out_of_steps = true;  // the epoch ends here; it is still validated and checkpointed
+        break;
+      }
       const int n = int(std::min<int64_t>(batch, train_set.count - first));
       for (int i = 0; i < n; ++i) {
         const int64_t s = order[size_t(first + i)];
@@ -201,6 +212,7 @@ int train_command(const TrainCommandOptions& o) {
                                               100 * pass.accuracy(), double(pass.count) / seconds_since(start)));
     }
     progress.finish();
+    if (pass.count == 0) break;  // --steps ran out exactly at an epoch's end
     EpochRecord rec;
     rec.epoch = epoch;
     rec.loss = pass.loss();
