@@ -53,6 +53,7 @@ struct TrainCommandOptions {
   double lr_decay = 0, momentum = 0, weight_decay = 0;
   uint64_t seed = 0;
   bool init = false;       // re-initialise a full model's parameters
+  std::string init_scheme = "torch";  // or "keras" (glorot_uniform, zero biases)
   std::string backend;     // empty: cpu
   int threads = 0;         // 0: all cores
   int early_stopping = 0;  // patience in epochs; 0: off

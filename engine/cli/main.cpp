@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   train_cmd->add_option("--seed", train.seed, "Seed of the initialisation and of the shuffling")->capture_default_str();
   train_cmd->add_flag("--init", train.init, "Initialise a full model's parameters afresh (PyTorch's default scheme)");
+  train_cmd->add_option("--init-scheme", train.init_scheme,
+                        "torch (kaiming_uniform a=sqrt(5), PyTorch's default) or keras (glorot_uniform, zero biases)")
+      ->check(CLI::IsMember({"torch", "keras"}))
+      ->capture_default_str();
   train_cmd->add_option("--backend", train.backend, "Backend that trains: reference or cpu (default cpu)");
   train_cmd->add_option("--threads", train.threads, "CPU backends: threads (default: all cores)")->check(CLI::Range(1, 4096));
   train_cmd->add_option("--early-stopping", train.early_stopping,

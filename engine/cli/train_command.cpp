@@ -118,9 +118,10 @@ int train_command(const TrainCommandOptions& o) {
   formats::Model model = formats::load_model(o.model);
   const bool init = o.init || !model.has_weights;
   if (init) {
-    train::init_parameters(model, o.seed);
-    spdlog::info("{}: parameters initialised as PyTorch does by default (kaiming_uniform a=sqrt(5)), seed {}", o.model,
-                 o.seed);
+    const bool keras = o.init_scheme == "keras";
+    train::init_parameters(model, o.seed, keras ? train::InitScheme::Keras : train::InitScheme::Torch);
+    spdlog::info("{}: parameters initialised as {} does by default ({}), seed {}", o.model, keras ? "Keras" : "PyTorch",
+                 keras ? "glorot_uniform, zero biases" : "kaiming_uniform a=sqrt(5)", o.seed);
   }
   model.has_weights = true;
   auto shared = std::make_shared<const formats::Model>(model);
@@ -167,7 +168,7 @@ int train_command(const TrainCommandOptions& o) {
                {"momentum", opt.momentum},  {"weight_decay", opt.weight_decay},
                {"batch", topts.max_batch},  {"epochs", o.epochs},
                {"seed", o.seed},            {"shuffle", !o.no_shuffle},
-               {"initialised", init},       {"threads", o.threads},
+               {"initialised", init ? nlohmann::ordered_json(o.init_scheme) : nlohmann::ordered_json(false)},       {"threads", o.threads},
                {"steps", o.steps},          {"limit", o.limit}};
 
   // The order of samples: one SplitMix64 stream for the whole run, a Fisher-Yates shuffle per epoch.

@@ -8,12 +8,18 @@
 // fan_in = in_channels * kh * kw (conv2d) or the input size (dense). Each value is
 // float(-b + 2 * b * u), u = SplitMix64::uniform(). The same distribution as PyTorch, not its
 // numbers: PyTorch's generator is not reproduced.
+//
+// InitScheme::Keras is Keras' default instead (seed 002's CNN was a Keras model): weights
+// glorot_uniform, U(-b, b) with b = sqrt(6 / (fan_in + fan_out)), fan_out = out_channels * kh * kw
+// (conv2d) or units (dense); biases zero; scale_shift as above.
 #include <cstdint>
 
 #include "formats/model.hpp"
 
 namespace engine::train {
 
-void init_parameters(formats::Model& model, uint64_t seed);
+enum class InitScheme { Torch, Keras };
+
+void init_parameters(formats::Model& model, uint64_t seed, InitScheme scheme = InitScheme::Torch);
 
 }  // namespace engine::train

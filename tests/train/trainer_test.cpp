@@ -229,6 +229,22 @@ TEST(Init, PytorchBoundsReproducibleFromTheSeed) {
   EXPECT_NE(a->nodes[0].weight->values, b->nodes[0].weight->values);
 }
 
+TEST(Init, KerasSchemeIsGlorotUniformWithZeroBiases) {
+  auto m = std::make_shared<formats::Model>(*small_lenet());
+  engine::train::init_parameters(*m, 7, engine::train::InitScheme::Keras);
+  for (const auto& node : m->nodes) {
+    if (!node.weight) continue;
+    const auto& s = node.weight->shape;
+    const int64_t receptive = s.size() == 4 ? s[2] * s[3] : 1;
+    const double bound = std::sqrt(6.0 / double(s[1] * receptive + s[0] * receptive));
+    double hi = 0;
+    for (float v : node.weight->values) hi = std::max(hi, double(std::abs(v)));
+    EXPECT_LE(hi, bound) << node.name;
+    EXPECT_GT(hi, 0.8 * bound) << node.name;
+    for (float v : node.bias->values) EXPECT_EQ(v, 0.0f) << node.name;
+  }
+}
+
 // The shuffle is specified (random.hpp) so that other tools can reproduce it: pin its first values.
 TEST(Shuffle, SplitMix64FisherYatesIsPinned) {
   engine::train::SplitMix64 rng(0);
