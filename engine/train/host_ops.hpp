@@ -40,99 +40,140 @@ inline Range inside(int64_t offset, int64_t stride, int64_t size, int outputs) {
 }
 
 // ---- conv2d: y[o,i,j] = b[o] + sum over (c, p, q) of x[c, i*sh+p-t, j*sw+q-l] * w[o,c,p,q] --------
+// Through im2col, one sample at a time: col[k][pos], k = (c, p, q) (the weight's inner layout),
+// pos = (i, j), zero where the tap falls in the padding. Every loop below is then elementwise
+// over pos (contiguous, P = out.h * out.w long) or over a fixed block of lanes, so it vectorises
+// without reordering any sum, and output channels come in blocks of kConvBlock sharing each load.
 
-// One sample. Order per output element: bias, then taps in (c, p, q) order; padded taps skipped.
-template <class T>
-void conv2d_forward(const T* x, Dims in, const T* w, const T* b, const formats::Window2D& win, Dims out, T* y) {
-  const int kh = win.kernel_h, kw = win.kernel_w, sh = win.stride_h, sw = win.stride_w;
-  for (int o = 0; o < out.c; ++o) {
-    T* y_o = y + o * out.plane();
-    std::fill(y_o, y_o + out.plane(), b ? b[o] : T(0));
-    for (int c = 0; c < in.c; ++c) {
-      const T* x_c = x + c * in.plane();
-      for (int p = 0; p < kh; ++p) {
-        const Range rows = inside(p - win.pad_top, sh, in.h, out.h);
-        for (int q = 0; q < kw; ++q) {
-          const T wv = w[((int64_t(o) * in.c + c) * kh + p) * kw + q];
-          const Range cols = inside(q - win.pad_left, sw, in.w, out.w);
-          const int shift = q - win.pad_left;
-          for (int i = rows.first; i < rows.last; ++i) {
-            const T* x_row = x_c + (int64_t(i) * sh + p - win.pad_top) * in.w;
-            T* y_row = y_o + int64_t(i) * out.w;
-            if (sw == 1) {
-              for (int j = cols.first; j < cols.last; ++j) y_row[j] += x_row[j + shift] * wv;
-            } else {
-              for (int j = cols.first; j < cols.last; ++j) y_row[j] += x_row[int64_t(j) * sw + shift] * wv;
-            }
-          }
-        }
-      }
-    }
-  }
+inline constexpr int kConvBlock = 4;
+inline constexpr int kLanes = 16;  // partial sums per weight in the parameter gradient
+
+struct ConvShape {
+  Dims in, out;
+  int64_t taps = 0;       // K = in.c * kh * kw
+  int64_t positions = 0;  // P = out.h * out.w
+};
+
+inline ConvShape conv_shape(Dims in, const formats::Window2D& win, Dims out) {
+  return ConvShape{in, out, int64_t(in.c) * win.kernel_h * win.kernel_w, out.plane()};
 }
 
-// One sample: dx += (transposed conv of dy). Order per input element: (o, p, q) ascending.
 template <class T>
-void conv2d_backward_input(const T* dy, Dims in, const T* w, const formats::Window2D& win, Dims out, T* dx) {
+void im2col(const T* x, const ConvShape& s, const formats::Window2D& win, T* col) {
   const int kh = win.kernel_h, kw = win.kernel_w, sh = win.stride_h, sw = win.stride_w;
-  for (int o = 0; o < out.c; ++o) {
-    const T* dy_o = dy + o * out.plane();
-    for (int c = 0; c < in.c; ++c) {
-      T* dx_c = dx + c * in.plane();
-      for (int p = 0; p < kh; ++p) {
-        const Range rows = inside(p - win.pad_top, sh, in.h, out.h);
-        for (int q = 0; q < kw; ++q) {
-          const T wv = w[((int64_t(o) * in.c + c) * kh + p) * kw + q];
-          const Range cols = inside(q - win.pad_left, sw, in.w, out.w);
-          const int shift = q - win.pad_left;
-          for (int i = rows.first; i < rows.last; ++i) {
-            T* dx_row = dx_c + (int64_t(i) * sh + p - win.pad_top) * in.w;
-            const T* dy_row = dy_o + int64_t(i) * out.w;
-            if (sw == 1) {
-              for (int j = cols.first; j < cols.last; ++j) dx_row[j + shift] += dy_row[j] * wv;
-            } else {
-              for (int j = cols.first; j < cols.last; ++j) dx_row[int64_t(j) * sw + shift] += dy_row[j] * wv;
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
-// Output channel o over n samples: dw[o,c,p,q] = sum over samples (ascending), then rows, then
-// columns of dy * x; db[o] likewise (db may be null). Overwrites.
-template <class T>
-void conv2d_backward_params(const T* x, Dims in, const T* dy, const formats::Window2D& win, Dims out, int n, int o,
-                            T* dw, T* db) {
-  const int kh = win.kernel_h, kw = win.kernel_w, sh = win.stride_h, sw = win.stride_w;
-  for (int c = 0; c < in.c; ++c)
+  for (int c = 0; c < s.in.c; ++c)
     for (int p = 0; p < kh; ++p) {
-      const Range rows = inside(p - win.pad_top, sh, in.h, out.h);
+      const Range rows = inside(p - win.pad_top, sh, s.in.h, s.out.h);
       for (int q = 0; q < kw; ++q) {
-        const Range cols = inside(q - win.pad_left, sw, in.w, out.w);
+        const Range cols = inside(q - win.pad_left, sw, s.in.w, s.out.w);
         const int shift = q - win.pad_left;
-        T acc = 0;
-        for (int s = 0; s < n; ++s) {
-          const T* x_c = x + int64_t(s) * in.size() + c * in.plane();
-          const T* dy_o = dy + int64_t(s) * out.size() + o * out.plane();
-          for (int i = rows.first; i < rows.last; ++i) {
-            const T* x_row = x_c + (int64_t(i) * sh + p - win.pad_top) * in.w;
-            const T* dy_row = dy_o + int64_t(i) * out.w;
-            for (int j = cols.first; j < cols.last; ++j) acc += dy_row[j] * x_row[int64_t(j) * sw + shift];
-          }
+        T* row_k = col + ((int64_t(c) * kh + p) * kw + q) * s.positions;
+        std::fill(row_k, row_k + s.positions, T(0));
+        for (int i = rows.first; i < rows.last; ++i) {
+          const T* x_row = x + int64_t(c) * s.in.plane() + (int64_t(i) * sh + p - win.pad_top) * s.in.w;
+          T* out = row_k + int64_t(i) * s.out.w;
+          for (int j = cols.first; j < cols.last; ++j) out[j] = x_row[int64_t(j) * sw + shift];
         }
-        dw[((int64_t(o) * in.c + c) * kh + p) * kw + q] = acc;
       }
     }
-  if (db) {
-    T acc = 0;
-    for (int s = 0; s < n; ++s) {
-      const T* dy_o = dy + int64_t(s) * out.size() + o * out.plane();
-      for (int64_t k = 0; k < out.plane(); ++k) acc += dy_o[k];
+}
+
+// y[o][pos] = b[o], then + w[o][k] * col[k][pos] for k ascending (padded taps add exact zeros).
+template <class T>
+void conv2d_forward(const T* col, const ConvShape& s, const T* w, const T* b, T* y) {
+  const int64_t K = s.taps, P = s.positions;
+  for (int o0 = 0; o0 < s.out.c; o0 += kConvBlock) {
+    const int o1 = std::min(s.out.c, o0 + kConvBlock);
+    for (int o = o0; o < o1; ++o) std::fill(y + o * P, y + (o + 1) * P, b ? b[o] : T(0));
+    for (int64_t k = 0; k < K; ++k) {
+      const T* c_k = col + k * P;
+      for (int o = o0; o < o1; ++o) {
+        const T wv = w[o * K + k];
+        T* y_o = y + o * P;
+        for (int64_t i = 0; i < P; ++i) y_o[i] += wv * c_k[i];
+      }
     }
-    db[o] = acc;
   }
+}
+
+// dcol[k][pos] = sum over o (ascending) of w[o][k] * dy[o][pos]. Overwrites.
+template <class T>
+void conv2d_backward_col(const T* dy, const ConvShape& s, const T* w, T* dcol) {
+  const int64_t K = s.taps, P = s.positions;
+  std::fill(dcol, dcol + K * P, T(0));
+  for (int o = 0; o < s.out.c; ++o) {
+    const T* dy_o = dy + o * P;
+    for (int64_t k = 0; k < K; ++k) {
+      const T wv = w[o * K + k];
+      T* d_k = dcol + k * P;
+      for (int64_t i = 0; i < P; ++i) d_k[i] += wv * dy_o[i];
+    }
+  }
+}
+
+// dx += col2im(dcol): each input element gets its taps in (c, p, q) order, then positions.
+template <class T>
+void col2im_add(const T* dcol, const ConvShape& s, const formats::Window2D& win, T* dx) {
+  const int kh = win.kernel_h, kw = win.kernel_w, sh = win.stride_h, sw = win.stride_w;
+  for (int c = 0; c < s.in.c; ++c)
+    for (int p = 0; p < kh; ++p) {
+      const Range rows = inside(p - win.pad_top, sh, s.in.h, s.out.h);
+      for (int q = 0; q < kw; ++q) {
+        const Range cols = inside(q - win.pad_left, sw, s.in.w, s.out.w);
+        const int shift = q - win.pad_left;
+        const T* d_k = dcol + ((int64_t(c) * kh + p) * kw + q) * s.positions;
+        for (int i = rows.first; i < rows.last; ++i) {
+          T* dx_row = dx + int64_t(c) * s.in.plane() + (int64_t(i) * sh + p - win.pad_top) * s.in.w;
+          const T* d = d_k + int64_t(i) * s.out.w;
+          if (sw == 1) {
+            for (int j = cols.first; j < cols.last; ++j) dx_row[j + shift] += d[j];
+          } else {
+            for (int j = cols.first; j < cols.last; ++j) dx_row[int64_t(j) * sw + shift] += d[j];
+          }
+        }
+      }
+    }
+}
+
+// Parameter gradient, one sample's share for output channels [o0, o1): lanes[o][k][l] +=
+// dy[o][pos] * col[k][pos] for pos = l, l + kLanes, ... (ascending); bias lanes (row K of each
+// o) += dy[o][pos]. conv2d_reduce_lanes then sums each weight's lanes in l order. Called for
+// samples in ascending order, this fixes every sum's order.
+template <class T>
+void conv2d_backward_params_add(const T* col, const T* dy, const ConvShape& s, int o0, int o1, T* lanes) {
+  const int64_t K = s.taps, P = s.positions, full = P / kLanes * kLanes;
+  for (int o = o0; o < o1; ++o) {
+    const T* dy_o = dy + o * P;
+    T* lo = lanes + int64_t(o - o0) * (K + 1) * kLanes;
+    for (int64_t k = 0; k < K; ++k) {
+      const T* c_k = col + k * P;
+      // A local copy of the lanes: the compiler cannot prove `acc` apart from the inputs, and
+      // would otherwise keep every lane in memory, one scalar at a time.
+      T a[kLanes];
+      std::copy_n(lo + k * kLanes, kLanes, a);
+      for (int64_t i = 0; i < full; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) a[l] += dy_o[i + l] * c_k[i + l];
+      for (int64_t i = full; i < P; ++i) a[i - full] += dy_o[i] * c_k[i];
+      std::copy_n(a, kLanes, lo + k * kLanes);
+    }
+    T* acc = lo + K * kLanes;
+    for (int64_t i = 0; i < full; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) acc[l] += dy_o[i + l];
+    for (int64_t i = full; i < P; ++i) acc[i - full] += dy_o[i];
+  }
+}
+
+template <class T>
+void conv2d_reduce_lanes(const T* lanes, const ConvShape& s, int o0, int o1, T* dw, T* db) {
+  const int64_t K = s.taps;
+  for (int o = o0; o < o1; ++o)
+    for (int64_t k = 0; k <= K; ++k) {
+      const T* acc = lanes + (int64_t(o - o0) * (K + 1) + k) * kLanes;
+      T sum = 0;
+      for (int l = 0; l < kLanes; ++l) sum += acc[l];
+      if (k < K) dw[o * K + k] = sum;
+      else if (db) db[o] = sum;
+    }
 }
 
 // ---- pooling (one sample) ------------------------------------------------------------------------

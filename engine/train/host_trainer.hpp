@@ -70,6 +70,10 @@ class HostTrainer final : public TrainExecutable {
     if (graph_.values[size_t(graph_.input)].alias_of >= 0) throw std::logic_error("graph input is an alias");
 
     for (size_t i = 0; i < graph_.nodes.size(); ++i) build_step(int(i));
+    if (double(scratch_per_thread_) * threads_ * sizeof(T) > double(int64_t{1} << 32))
+      throw std::runtime_error(fmt::format("{}: the convolutions' im2col scratch would take {:.1f} GiB", backend_,
+                                           double(scratch_per_thread_) * threads_ * sizeof(T) / (1 << 30)));
+    scratch_.assign(size_t(scratch_per_thread_) * size_t(threads_), T(0));
     const auto& in = graph_.model->input;
     raw_elements_ = formats::element_count(in.raw_shape);
     if (in.dtype == formats::InputDType::UInt8)
@@ -130,6 +134,7 @@ class HostTrainer final : public TrainExecutable {
     int output = -1;
     Dims in, out;
     const formats::Window2D* win = nullptr;
+    ConvShape cs;  // conv2d
     bool cip = true;
     int64_t elements = 0;  // input elements per sample (scale_shift: per channel)
     int64_t channels = 0;  // scale_shift
@@ -147,6 +152,7 @@ class HostTrainer final : public TrainExecutable {
     auto& g = grad_[size_t(root(v))];
     return g.empty() ? nullptr : g.data() + int64_t(s) * graph_.values[size_t(v)].elements;
   }
+  T* thread_scratch() { return scratch_.data() + int64_t(omp_get_thread_num()) * scratch_per_thread_; }
   T* param(int index) { return index < 0 ? nullptr : params_.data() + parameters_[size_t(index)].offset; }
   T* pgrad(int index) { return index < 0 ? nullptr : grads_.data() + parameters_[size_t(index)].offset; }
 
@@ -167,6 +173,11 @@ class HostTrainer final : public TrainExecutable {
       case OpType::Conv2D: case OpType::AvgPool: case OpType::MaxPool:
         st.in = dims(in.shape);
         st.out = dims(graph_.value(pn.output).shape);
+        if (node.op == OpType::Conv2D) {  // im2col, its gradient, the weight gradient's lanes
+          st.cs = conv_shape(st.in, node.window, st.out);
+          scratch_per_thread_ = std::max(scratch_per_thread_, 2 * st.cs.taps * st.cs.positions +
+                                                                  kConvBlock * (st.cs.taps + 1) * kLanes);
+        }
         st.win = &node.window;
         st.cip = node.count_include_pad;
         break;
@@ -251,7 +262,12 @@ class HostTrainer final : public TrainExecutable {
     const T* x = act(st.inputs[0], s);
     T* y = act(st.output, s);
     switch (st.op) {
-      case OpType::Conv2D: conv2d_forward(x, st.in, param(st.weight), param(st.bias), *st.win, st.out, y); break;
+      case OpType::Conv2D: {
+        T* col = thread_scratch();
+        im2col(x, st.cs, *st.win, col);
+        conv2d_forward(col, st.cs, param(st.weight), param(st.bias), y);
+        break;
+      }
       case OpType::AvgPool: avgpool_forward(x, st.in, *st.win, st.cip, st.out, y); break;
       case OpType::MaxPool: maxpool_forward(x, st.in, *st.win, st.out, y); break;
       case OpType::Relu: case OpType::Tanh: case OpType::Sigmoid: activation_forward(st.op, x, st.elements, y); break;
@@ -318,13 +334,30 @@ class HostTrainer final : public TrainExecutable {
     T* dx = needs_[size_t(x_id)] ? grad(x_id) : nullptr;
     switch (st.op) {
       case OpType::Conv2D: {
+        const ConvShape& cs = st.cs;
+        // Blocks of up to kConvBlock channels, as even as the thread count allows (LeNet's 6: 3 + 3).
+        // The block size changes which thread sums a weight, never the order of its sum.
+        const int size = std::clamp((cs.out.c + threads_ - 1) / threads_, 1, kConvBlock);
+        const int blocks = (cs.out.c + size - 1) / size;
 #pragma omp for schedule(static)
-        for (int o = 0; o < st.out.c; ++o)
-          conv2d_backward_params(act(x_id), st.in, dy, *st.win, st.out, n, o, pgrad(st.weight), pgrad(st.bias));
+        for (int b = 0; b < blocks; ++b) {
+          const int o0 = b * size, o1 = std::min(cs.out.c, o0 + size);
+          T* col = thread_scratch();
+          T* lanes = col + 2 * cs.taps * cs.positions;
+          std::fill(lanes, lanes + kConvBlock * (cs.taps + 1) * kLanes, T(0));
+          for (int s = 0; s < n; ++s) {
+            im2col(act(x_id, s), cs, *st.win, col);
+            conv2d_backward_params_add(col, grad(st.output, s), cs, o0, o1, lanes);
+          }
+          conv2d_reduce_lanes(lanes, cs, o0, o1, pgrad(st.weight), pgrad(st.bias));
+        }
         if (dx) {
 #pragma omp for schedule(static)
-          for (int s = 0; s < n; ++s)
-            conv2d_backward_input(grad(st.output, s), st.in, param(st.weight), *st.win, st.out, grad(x_id, s));
+          for (int s = 0; s < n; ++s) {
+            T* dcol = thread_scratch() + cs.taps * cs.positions;
+            conv2d_backward_col(grad(st.output, s), cs, param(st.weight), dcol);
+            col2im_add(dcol, cs, *st.win, grad(x_id, s));
+          }
         }
         return;
       }
@@ -439,6 +472,8 @@ class HostTrainer final : public TrainExecutable {
   std::vector<T> losses_;
   std::vector<uint8_t> hits_;
   std::vector<char> active_;
+  std::vector<T> scratch_;  // threads_ x scratch_per_thread_: conv im2col, its gradient, weight lanes
+  int64_t scratch_per_thread_ = 0;
   std::string summary_;
 };
 
