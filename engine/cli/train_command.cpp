@@ -69,6 +69,10 @@ formats::Model with_parameters(const formats::Model& model, const TrainExecutabl
 std::string output_base(const std::string& output) {
   std::filesystem::path p(output);
   if (p.extension() != ".json") throw std::invalid_argument(fmt::format("-o {}: the output must be a .json graph file", output));
+  // Found now rather than after hours of training.
+  std::error_code ec;
+  if (p.has_parent_path() && !std::filesystem::is_directory(p.parent_path(), ec))
+    throw std::invalid_argument(fmt::format("-o {}: the folder {} does not exist", output, p.parent_path().string()));
   return (p.parent_path() / p.stem()).string();
 }
 

@@ -192,6 +192,16 @@ def test_bad_options_are_refused(tmp_path, digits, args, message):
     assert list(out.parent.iterdir()) == []
 
 
+@pytest.mark.parametrize("name,message", [("missing/m.json", "missing does not exist"),
+                                          ("m.txt", "the output must be a .json graph file")])
+def test_bad_output_path_is_refused_before_training(tmp_path, digits, name, message):
+    img, _ = digits
+    proc = run_engine("train", MLP, "--data", img, "-o", tmp_path / name, check=False)
+    assert proc.returncode == 1
+    assert message in proc.stderr
+    assert "epoch" not in proc.stderr
+
+
 def test_a_model_whose_output_is_not_a_softmax_cannot_train(tmp_path, digits):
     img, _ = digits
     graph = json.loads(MLP.read_text())
