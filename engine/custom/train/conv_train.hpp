@@ -1,0 +1,26 @@
+#pragma once
+// conv2d for training, fp32: forward, input gradient, weight and bias gradients (train_kernels
+// order notes in docs/training.md, "GPU"). Every output element is computed by one thread (the
+// weight and bias gradients: one block, a fixed-shape tree), so results are bitwise reproducible.
+#include <cuda_runtime_api.h>
+
+#include "engine/custom/train/train_launch.hpp"
+
+namespace engine::custom::train {
+
+// y[s,o,i,j] = b[o] + sum over (c, p, q) ascending of x * w (padded taps skipped), as host_ops.hpp.
+void conv_forward(const float* x, const float* w, const float* b, float* y, int n, const WindowGeom& g,
+                  cudaStream_t stream);
+
+// dx[s,c,y,x] (+)= sum over (o, p, q) ascending of dy * w. accumulate: start from dx's contents
+// (another consumer wrote there first), else from zero.
+void conv_backward_input(const float* dy, const float* w, float* dx, int n, const WindowGeom& g, bool accumulate,
+                         cudaStream_t stream);
+
+// dw[o,c,p,q] = sum over samples and output positions of dy * x; db[o] (may be null) of dy.
+// Overwrites. One block of kReduceThreads per weight (and per bias) element: each thread sums its
+// strided share in (sample, position) order, then a fixed tree adds the 256 partial sums.
+void conv_backward_params(const float* x, const float* dy, float* dw, float* db, int n, const WindowGeom& g,
+                          cudaStream_t stream);
+
+}  // namespace engine::custom::train

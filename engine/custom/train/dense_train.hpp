@@ -1,0 +1,28 @@
+#pragma once
+// dense for training, fp32: one tiled GEMM kernel serves the forward pass, the input gradient and
+// the weight gradient (they differ only in strides); each output element is one thread's sum over
+// k in ascending order, host_ops.hpp's order, so results are bitwise reproducible.
+#include <cuda_runtime_api.h>
+
+namespace engine::custom::train {
+
+// c[m, n] = (accumulate ? c[m, n] : bias ? bias[n] : 0) + sum over k ascending of A(m, k) * B(k, n),
+// with A(m, k) = a[m * a_m + k * a_k] and B(k, n) = b[k * b_k + n * b_n]; c is row-major, ldc floats
+// per row.
+struct GemmArgs {
+  const float* a = nullptr;
+  long long a_m = 0, a_k = 0;
+  const float* b = nullptr;
+  long long b_k = 0, b_n = 0;
+  const float* bias = nullptr;
+  float* c = nullptr;
+  long long ldc = 0;
+  int m = 0, n = 0, k = 0;
+  bool accumulate = false;
+};
+void gemm(const GemmArgs& args, cudaStream_t stream);
+
+// db[u] = sum over samples ascending of dy[s, u]. Overwrites.
+void bias_gradient(const float* dy, float* db, int n, int units, cudaStream_t stream);
+
+}  // namespace engine::custom::train
