@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
                         "torch (kaiming_uniform a=sqrt(5), PyTorch's default) or keras (glorot_uniform, zero biases)")
       ->check(CLI::IsMember({"torch", "keras"}))
       ->capture_default_str();
-  train_cmd->add_option("--backend", train.backend, "Backend that trains: reference or cpu (default cpu)");
+  train_cmd->add_option("--backend", train.backend, "Backend that trains: reference, cpu or custom (GPU) (default cpu)");
   train_cmd->add_option("--threads", train.threads, "CPU backends: threads (default: all cores)")->check(CLI::Range(1, 4096));
   train_cmd->add_option("--early-stopping", train.early_stopping,
                         "Stop after PATIENCE epochs without a lower validation loss; keep the best epoch")
