@@ -46,7 +46,7 @@ void Executable::run_batches(const BatchStream& s) {
 }
 
 std::optional<std::string> Backend::cannot_train() const {
-  return fmt::format("backend '{}' has no training yet (train with --backend reference or cpu)", name());
+  return fmt::format("backend '{}' has no training yet (train with --backend reference, cpu or custom)", name());
 }
 
 std::unique_ptr<TrainExecutable> Backend::compile_training(const Graph& /*graph*/, const TrainOptions& /*options*/) {

@@ -260,7 +260,8 @@ void expect_run_matches_cpu(const std::shared_ptr<formats::Model>& model, Optimi
   std::printf("[ measured ] run %s: loss rel. diff steps 0-9 %.3g, steps 10-49 %.3g; final params max diff %.3g "
               "(largest %.3g); loss %.5f -> %.5f\n",
               what.c_str(), early, late, pdiff, plargest, got.losses.front(), got.losses.back());
-  EXPECT_LT(got.losses.back(), got.losses.front()) << what << ": the loss did not go down";
+  // (The labels are random and every step sees new samples: the loss need not go down.)
+  for (double l : got.losses) ASSERT_TRUE(std::isfinite(l)) << what;
 }
 
 TEST(CustomTrainRun, LenetLikeSgdMomentumWeightDecayLrDecayFollowsCpu) {
