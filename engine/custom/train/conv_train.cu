@@ -37,10 +37,13 @@ __global__ void conv_forward_kernel(const float* __restrict__ x, const float* __
   }
 }
 
-// One thread per input element, gathering the output positions whose window covers it, in the
-// order the host's scatter adds them: o, then p, then q ascending.
+// One thread per input element, gathering the output positions whose window covers it in
+// host_ops.hpp's order: taps (p, q) ascending, each tap's term being its sum over output channels o
+// ascending (the host's dcol = W^T dy, then col2im).
 __global__ void conv_backward_input_kernel(const float* __restrict__ dy, const float* __restrict__ w,
                                            float* __restrict__ dx, long long total, WindowGeom g, bool accumulate) {
+  const long long plane = (long long)g.out_h * g.out_w;
+  const long long w_o = (long long)g.in_c * g.kh * g.kw;  // weight stride between output channels
   for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
        idx += (long long)gridDim.x * blockDim.x) {
     const int xx = int(idx % g.in_w);
@@ -51,21 +54,21 @@ __global__ void conv_backward_input_kernel(const float* __restrict__ dy, const f
     const long long s = r / g.in_c;
     const float* dys = dy + s * g.out_size();
     float acc = accumulate ? dx[idx] : 0.0f;
-    for (int o = 0; o < g.out_c; ++o) {
-      const float* dyo = dys + (long long)o * g.out_h * g.out_w;
-      const float* wo = w + ((long long)o * g.in_c + c) * g.kh * g.kw;
-      for (int p = 0; p < g.kh; ++p) {
-        const int ti = yy + g.pt - p;  // = i * sh
-        if (ti < 0 || ti % g.sh != 0) continue;
-        const int i = ti / g.sh;
-        if (i >= g.out_h) continue;
-        for (int q = 0; q < g.kw; ++q) {
-          const int tj = xx + g.pl - q;
-          if (tj < 0 || tj % g.sw != 0) continue;
-          const int j = tj / g.sw;
-          if (j >= g.out_w) continue;
-          acc = acc + dyo[(long long)i * g.out_w + j] * wo[p * g.kw + q];
-        }
+    for (int p = 0; p < g.kh; ++p) {
+      const int ti = yy + g.pt - p;  // = i * sh
+      if (ti < 0 || ti % g.sh != 0) continue;
+      const int i = ti / g.sh;
+      if (i >= g.out_h) continue;
+      for (int q = 0; q < g.kw; ++q) {
+        const int tj = xx + g.pl - q;
+        if (tj < 0 || tj % g.sw != 0) continue;
+        const int j = tj / g.sw;
+        if (j >= g.out_w) continue;
+        const float* d = dys + (long long)i * g.out_w + j;
+        const float* wk = w + ((long long)c * g.kh + p) * g.kw + q;
+        float t = 0.0f;
+        for (int o = 0; o < g.out_c; ++o) t = t + wk[o * w_o] * d[o * plane];
+        acc = acc + t;
       }
     }
     dx[idx] = acc;

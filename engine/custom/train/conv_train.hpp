@@ -1,6 +1,6 @@
 #pragma once
-// conv2d for training, fp32: forward, input gradient, weight and bias gradients (train_kernels
-// order notes in docs/training.md, "GPU"). Every output element is computed by one thread (the
+// conv2d for training, fp32: forward, input gradient, weight and bias gradients (their summation
+// orders: docs/training-gpu.md, "Determinism"). Every output element is computed by one thread (the
 // weight and bias gradients: one block, a fixed-shape tree), so results are bitwise reproducible.
 #include <cuda_runtime_api.h>
 
@@ -12,7 +12,7 @@ namespace engine::custom::train {
 void conv_forward(const float* x, const float* w, const float* b, float* y, int n, const WindowGeom& g,
                   cudaStream_t stream);
 
-// dx[s,c,y,x] (+)= sum over (o, p, q) ascending of dy * w. accumulate: start from dx's contents
+// dx[s,c,y,x] (+)= sum over taps (p, q) ascending of (sum over o ascending of w * dy), the host's order. accumulate: start from dx's contents
 // (another consumer wrote there first), else from zero.
 void conv_backward_input(const float* dy, const float* w, float* dx, int n, const WindowGeom& g, bool accumulate,
                          cudaStream_t stream);

@@ -178,6 +178,14 @@ void GpuTrainer::check_batch(const void* input, const uint8_t* labels, int n) co
   if (!input || !labels) throw std::invalid_argument("custom: no input or no labels");
 }
 
+// Host labels only (step_device's are on the device): before anything is uploaded or changed.
+void GpuTrainer::check_labels(const uint8_t* labels, int n) const {
+  for (int s = 0; s < n; ++s)
+    if (labels[s] >= classes_)
+      throw std::invalid_argument(fmt::format("custom: label {} of sample {} is not one of the model's {} classes",
+                                              int(labels[s]), s, classes_));
+}
+
 void GpuTrainer::upload(const void* input, const uint8_t* labels, int n, cudaMemcpyKind kind) {
   const size_t bytes = sample_bytes_ * size_t(n);
   void* dst = uint8_input_ ? static_cast<void*>(raw_.data()) : static_cast<void*>(act(graph_.input));
@@ -195,10 +203,7 @@ void GpuTrainer::upload(const void* input, const uint8_t* labels, int n, cudaMem
 
 BatchResult GpuTrainer::step(const void* input, const uint8_t* labels, int n) {
   check_batch(input, labels, n);
-  for (int s = 0; s < n; ++s)
-    if (labels[s] >= classes_)
-      throw std::invalid_argument(fmt::format("custom: label {} of sample {} is not one of the model's {} classes",
-                                              int(labels[s]), s, classes_));
+  check_labels(labels, n);
   upload(input, labels, n, cudaMemcpyHostToDevice);
   return finish(n, Mode::Train);
 }
@@ -211,18 +216,14 @@ BatchResult GpuTrainer::step_device(const void* device_input, const uint8_t* dev
 
 BatchResult GpuTrainer::evaluate(const void* input, const uint8_t* labels, int n) {
   check_batch(input, labels, n);
-  for (int s = 0; s < n; ++s)
-    if (labels[s] >= classes_)
-      throw std::invalid_argument(fmt::format("custom: label {} of sample {} is not one of the model's {} classes",
-                                              int(labels[s]), s, classes_));
+  check_labels(labels, n);
   upload(input, labels, n, cudaMemcpyHostToDevice);
   return finish(n, Mode::Evaluate);
 }
 
 BatchResult GpuTrainer::compute_gradients(const void* input, const uint8_t* labels, int n) {
   check_batch(input, labels, n);
-  for (int s = 0; s < n; ++s)
-    if (labels[s] >= classes_) throw std::invalid_argument("custom: label outside the model's classes");
+  check_labels(labels, n);
   upload(input, labels, n, cudaMemcpyHostToDevice);
   return finish(n, Mode::Gradients);
 }

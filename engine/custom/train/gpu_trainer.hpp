@@ -76,6 +76,7 @@ class GpuTrainer final : public TrainExecutable {
   float* param(int index) const;
   float* pgrad(int index) const;
   void check_batch(const void* input, const uint8_t* labels, int n) const;
+  void check_labels(const uint8_t* labels, int n) const;
   void upload(const void* input, const uint8_t* labels, int n, cudaMemcpyKind kind);
   BatchResult finish(int n, Mode mode);
   void enqueue(int n, Mode mode);
