@@ -15,28 +15,24 @@ __global__ void gemm_kernel(GemmArgs g) {
   __shared__ float bs[kTile][kTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int row = blockIdx.y * kTile + ty, col = blockIdx.x * kTile + tx;
-  const bool inside = row < g.m && col < g.n;
+  const int cols = g.row_sums ? g.n + 1 : g.n;  // the extra column of ones (GemmArgs::row_sums)
+  const bool inside = row < g.m && col < cols;
   float acc = 0.0f;
-  if (inside) acc = g.accumulate ? g.c[row * g.ldc + col] : (g.bias ? g.bias[col] : 0.0f);
+  if (inside && col < g.n) acc = g.accumulate ? g.c[row * g.ldc + col] : (g.bias ? g.bias[col] : 0.0f);
   for (int k0 = 0; k0 < g.k; k0 += kTile) {
     const int ar = blockIdx.y * kTile + ty, ak = k0 + tx;
     as[ty][tx] = ar < g.m && ak < g.k ? g.a[ar * g.a_m + ak * g.a_k] : 0.0f;
     const int bk = k0 + ty, bc = blockIdx.x * kTile + tx;
-    bs[ty][tx] = bk < g.k && bc < g.n ? g.b[bk * g.b_k + bc * g.b_n] : 0.0f;
+    bs[ty][tx] = bk < g.k && bc < g.n ? g.b[bk * g.b_k + bc * g.b_n] : bk < g.k && bc == g.n && g.row_sums ? 1.0f : 0.0f;
     __syncthreads();
     const int kend = min(kTile, g.k - k0);  // no padding terms: the sum has exactly k terms
     for (int kk = 0; kk < kend; ++kk) acc = acc + as[ty][kk] * bs[kk][tx];
     __syncthreads();
   }
-  if (inside) g.c[row * g.ldc + col] = acc;
-}
-
-__global__ void bias_gradient_kernel(const float* __restrict__ dy, float* __restrict__ db, int n, int units) {
-  const int u = blockIdx.x * blockDim.x + threadIdx.x;
-  if (u >= units) return;
-  float acc = 0.0f;
-  for (int s = 0; s < n; ++s) acc = acc + dy[(long long)s * units + u];
-  db[u] = acc;
+  if (inside) {
+    if (col < g.n) g.c[row * g.ldc + col] = acc;
+    else g.row_sums[row] = acc;  // col == n: only with row_sums
+  }
 }
 
 }  // namespace
@@ -44,14 +40,10 @@ __global__ void bias_gradient_kernel(const float* __restrict__ dy, float* __rest
 void gemm(const GemmArgs& args, cudaStream_t stream) {
   if (args.m <= 0 || args.n <= 0) return;
   const dim3 block(kTile, kTile);
-  const dim3 grid(unsigned((args.n + kTile - 1) / kTile), unsigned((args.m + kTile - 1) / kTile));
+  const int cols = args.row_sums ? args.n + 1 : args.n;
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((args.m + kTile - 1) / kTile));
   gemm_kernel<<<grid, block, 0, stream>>>(args);
   CUDA_CHECK_LAUNCH("train: dense GEMM");
-}
-
-void bias_gradient(const float* dy, float* db, int n, int units, cudaStream_t stream) {
-  bias_gradient_kernel<<<unsigned((units + 127) / 128), 128, 0, stream>>>(dy, db, n, units);
-  CUDA_CHECK_LAUNCH("train: dense bias gradient");
 }
 
 }  // namespace engine::custom::train

@@ -19,10 +19,12 @@ struct GemmArgs {
   long long ldc = 0;
   int m = 0, n = 0, k = 0;
   bool accumulate = false;
+  // When set, one more column, n: B(k, n) = 1 and c's column n goes to row_sums[m] instead, so the
+  // same launch also writes each row's plain sum over k (the dense bias gradient, sum over samples
+  // of dy, in ascending order like every other column).
+  float* row_sums = nullptr;
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
 
-// db[u] = sum over samples ascending of dy[s, u]. Overwrites.
-void bias_gradient(const float* dy, float* db, int n, int units, cudaStream_t stream);
 
 }  // namespace engine::custom::train

@@ -389,8 +389,8 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
         w.b = act(x_id), w.b_k = k, w.b_n = 1;
         w.c = pgrad(st.weight), w.ldc = k;
         w.m = st.units, w.n = int(k), w.k = n;
+        w.row_sums = pgrad(st.bias);  // db[u] = sum over samples of dy[s, u], in the same launch
         gemm(w, s);
-        if (st.bias >= 0) bias_gradient(dy, pgrad(st.bias), n, st.units, s);
         if (dx) {
           GemmArgs d;  // dx[s, k] (+)= sum over units of dy[s, u] * w[u, k]
           d.a = dy, d.a_m = st.units, d.a_k = 1;
