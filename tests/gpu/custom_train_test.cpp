@@ -84,6 +84,16 @@ void expect_gradients_match_reference(const std::shared_ptr<formats::Model>& mod
   gpu->poison_buffers();
   const engine::BatchResult got = gpu->compute_gradients(b.raw.data(), b.labels.data(), n);
   EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * std::abs(want.loss_sum)) << what;
+  {  // Folding activations into conv2d/dense kernels changes no bit.
+    GpuTrainer unfolded(graph, options, /*fold_activations=*/false);
+    unfolded.poison_buffers();
+    const engine::BatchResult u = unfolded.compute_gradients(b.raw.data(), b.labels.data(), n);
+    EXPECT_EQ(u.loss_sum, got.loss_sum) << what << ": folded vs unfolded";
+    std::vector<float> gf(size_t(gpu->parameter_count())), gu(gf.size());
+    gpu->read_gradients(gf);
+    unfolded.read_gradients(gu);
+    EXPECT_EQ(gf, gu) << what << ": folded vs unfolded gradients";
+  }
   EXPECT_EQ(got.correct, want.correct) << what;
   std::vector<float> g(size_t(gpu->parameter_count()));
   gpu->read_gradients(g);
@@ -297,13 +307,17 @@ TEST(CustomTrainDeterminism, BitwiseRepeatGraphReplayAndDeviceInput) {
     auto plain = gpu_trainer(graph, options);
     ASSERT_TRUE(first && second && plain);
     plain->use_graphs(false);
+    GpuTrainer unfolded(graph, options, /*fold_activations=*/false);
     const RunResult a = run_steps(*first, *model, 20);
     const RunResult b = run_steps(*second, *model, 20);
     const RunResult c = run_steps(*plain, *model, 20);
+    const RunResult d = run_steps(unfolded, *model, 20);
     EXPECT_EQ(a.params, b.params) << "run after run";
     EXPECT_EQ(a.losses, b.losses) << "run after run";
     EXPECT_EQ(a.params, c.params) << "graph replay vs plain launches";
     EXPECT_EQ(a.losses, c.losses) << "graph replay vs plain launches";
+    EXPECT_EQ(a.params, d.params) << "activations folded into conv2d/dense vs their own kernels";
+    EXPECT_EQ(a.losses, d.losses) << "activations folded into conv2d/dense vs their own kernels";
 
     // The same 20 steps with the data already on the device.
     auto device = gpu_trainer(graph, options);

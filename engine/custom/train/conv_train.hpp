@@ -9,18 +9,22 @@
 namespace engine::custom::train {
 
 // y[s,o,i,j] = b[o] + sum over (c, p, q) ascending of x * w (padded taps skipped), as host_ops.hpp.
-void conv_forward(const float* x, const float* w, const float* b, float* y, int n, const WindowGeom& g,
+// act >= 0 (a Pointwise): y = act(that sum), the activation reading the conv folded in.
+void conv_forward(const float* x, const float* w, const float* b, float* y, int n, const WindowGeom& g, int act,
                   cudaStream_t stream);
 
 // dx[s,c,y,x] (+)= sum over taps (p, q) ascending of (sum over o ascending of w * dy), the host's order. accumulate: start from dx's contents
 // (another consumer wrote there first), else from zero.
-void conv_backward_input(const float* dy, const float* w, float* dx, int n, const WindowGeom& g, bool accumulate,
-                         cudaStream_t stream);
+// With a folded activation (act >= 0), dy is the gradient of its output y = act_y and each term
+// uses activation_grad(act, dy, y) (activation.cuh) in place of dy: the bits the activation's own
+// backward kernel would have written.
+void conv_backward_input(const float* dy, const float* act_y, int act, const float* w, float* dx, int n,
+                         const WindowGeom& g, bool accumulate, cudaStream_t stream);
 
 // dw[o,c,p,q] = sum over samples and output positions of dy * x; db[o] (may be null) of dy.
 // Overwrites. One block of kReduceThreads per weight (and per bias) element: each thread sums its
 // strided share in (sample, position) order, then a fixed tree adds the 256 partial sums.
-void conv_backward_params(const float* x, const float* dy, float* dw, float* db, int n, const WindowGeom& g,
-                          cudaStream_t stream);
+void conv_backward_params(const float* x, const float* dy, const float* act_y, int act, float* dw, float* db, int n,
+                          const WindowGeom& g, cudaStream_t stream);
 
 }  // namespace engine::custom::train

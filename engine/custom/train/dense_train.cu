@@ -1,6 +1,7 @@
 // The tiled GEMM of the dense layers' training (fp32, --fmad=false: products rounded before each
 // add, as host_ops.hpp). 16x16 output tiles, k in tiles of 16 through shared memory; each thread
 // keeps one output's sum and adds its k terms in ascending order.
+#include "engine/custom/train/activation.cuh"
 #include "engine/custom/train/dense_train.hpp"
 #include "engine/custom/train/train_launch.hpp"
 #include "engine/gpu/cuda_check.hpp"
@@ -21,7 +22,12 @@ __global__ void gemm_kernel(GemmArgs g) {
   if (inside && col < g.n) acc = g.accumulate ? g.c[row * g.ldc + col] : (g.bias ? g.bias[col] : 0.0f);
   for (int k0 = 0; k0 < g.k; k0 += kTile) {
     const int ar = blockIdx.y * kTile + ty, ak = k0 + tx;
-    as[ty][tx] = ar < g.m && ak < g.k ? g.a[ar * g.a_m + ak * g.a_k] : 0.0f;
+    float av = 0.0f;
+    if (ar < g.m && ak < g.k) {
+      const long long at = ar * g.a_m + ak * g.a_k;
+      av = g.a_act >= 0 ? activation_grad(g.a_act, g.a[at], g.a_act_y[at]) : g.a[at];
+    }
+    as[ty][tx] = av;
     const int bk = k0 + ty, bc = blockIdx.x * kTile + tx;
     bs[ty][tx] = bk < g.k && bc < g.n ? g.b[bk * g.b_k + bc * g.b_n] : bk < g.k && bc == g.n && g.row_sums ? 1.0f : 0.0f;
     __syncthreads();
@@ -30,7 +36,7 @@ __global__ void gemm_kernel(GemmArgs g) {
     __syncthreads();
   }
   if (inside) {
-    if (col < g.n) g.c[row * g.ldc + col] = acc;
+    if (col < g.n) g.c[row * g.ldc + col] = activate(g.epilogue_act, acc);
     else g.row_sums[row] = acc;  // col == n: only with row_sums
   }
 }

@@ -23,6 +23,11 @@ struct GemmArgs {
   // same launch also writes each row's plain sum over k (the dense bias gradient, sum over samples
   // of dy, in ascending order like every other column).
   float* row_sums = nullptr;
+  // A folded activation (a Pointwise, >= 0): c = act(sum) in the epilogue (forward); or A's
+  // elements read as activation_grad(a_act, a[...], a_act_y[same index]) (backward through it).
+  int epilogue_act = -1;
+  int a_act = -1;
+  const float* a_act_y = nullptr;
 };
 void gemm(const GemmArgs& args, cudaStream_t stream);
 

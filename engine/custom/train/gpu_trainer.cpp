@@ -31,7 +31,7 @@ void abandon_capture(cudaStream_t stream) {
 
 }  // namespace
 
-GpuTrainer::GpuTrainer(const Graph& graph, const TrainOptions& options)
+GpuTrainer::GpuTrainer(const Graph& graph, const TrainOptions& options, bool fold_activations)
     : graph_(graph), opt_(options.optimizer), max_batch_(options.max_batch) {
   check_trainable(graph_);
   if (max_batch_ < 1) throw std::invalid_argument("custom: max_batch must be at least 1");
@@ -116,6 +116,20 @@ GpuTrainer::GpuTrainer(const Graph& graph, const TrainOptions& options)
     }
     steps_.push_back(std::move(st));
   }
+  // Folding: the activation must be the producer's only reader and its output no graph output, so
+  // the producer's own value is read by nothing else (the inference planner's rule).
+  if (fold_activations)
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      Step& st = steps_[i];
+      if (st.op != OpType::Conv2D && st.op != OpType::Dense) continue;
+      const Value& z = graph_.value(st.output);
+      if (z.is_output || z.consumers.size() != 1 || z.consumers[0] <= int(i)) continue;
+      Step& a = steps_[size_t(z.consumers[0])];
+      if (a.op != OpType::Relu && a.op != OpType::Tanh && a.op != OpType::Sigmoid) continue;
+      st.act = int(pointwise_of(a.op));
+      st.act_value = a.output;
+      a.folded = true;
+    }
   enqueue_backward(0, /*dry_run=*/true);  // finds zero_roots_
 
   // Parameters of nodes the loss does not depend on are left alone (host_trainer.hpp's update()).
@@ -152,8 +166,9 @@ GpuTrainer::GpuTrainer(const Graph& graph, const TrainOptions& options)
   }
   summary_ = fmt::format(
       "custom: {} nodes, {} parameters, batches up to {}, float32 (fixed-order sums, no FMA contraction, no "
-      "atomics), {}, CUDA graph per batch size",
-      graph_.nodes.size(), count, max_batch_, opt_.kind == OptimizerKind::Adam ? "Adam" : "SGD");
+      "atomics), {}, CUDA graph per batch size, {} activations folded into conv2d/dense kernels",
+      graph_.nodes.size(), count, max_batch_, opt_.kind == OptimizerKind::Adam ? "Adam" : "SGD",
+      std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.folded; }));
 }
 
 GpuTrainer::~GpuTrainer() {
@@ -297,12 +312,12 @@ void GpuTrainer::enqueue_forward(int n) {
   cudaStream_t s = stream_.get();
   for (size_t i = 0; i < steps_.size(); ++i) {
     Step& st = steps_[i];
-    if (int(i) == loss_node_) continue;  // the loss kernel writes the probabilities
+    if (int(i) == loss_node_ || st.folded) continue;  // the loss kernel writes the probabilities
     const float* x = act(st.inputs[0]);
-    float* y = act(st.output);
+    float* y = act(st.act >= 0 ? st.act_value : st.output);  // folded: the activation's output
     const long long count = (long long)n * st.elements;
     switch (st.op) {
-      case OpType::Conv2D: conv_forward(x, param(st.weight), param(st.bias), y, n, st.geom, s); break;
+      case OpType::Conv2D: conv_forward(x, param(st.weight), param(st.bias), y, n, st.geom, st.act, s); break;
       case OpType::AvgPool: avgpool_forward(x, y, n, st.geom, s); break;
       case OpType::MaxPool: maxpool_forward(x, y, st.argmax.data(), n, st.geom, s); break;
       case OpType::Relu: case OpType::Tanh: case OpType::Sigmoid:
@@ -330,6 +345,7 @@ void GpuTrainer::enqueue_forward(int n) {
         g.bias = param(st.bias);
         g.c = y, g.ldc = st.units;
         g.m = n, g.n = st.units, g.k = int(st.elements);
+        g.epilogue_act = st.act;
         gemm(g, s);
         break;
       }
@@ -365,10 +381,13 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
   }
   for (int i = int(steps_.size()) - 1; i >= 0; --i) {
     Step& st = steps_[size_t(i)];
-    if (i == loss_node_ || !needs_[size_t(st.output)] || st.op == OpType::Flatten) continue;
-    read(st.output);
+    if (i == loss_node_ || !needs_[size_t(st.output)] || st.op == OpType::Flatten || st.folded) continue;
+    // Folded: dy is the activation output's gradient, taken through activation_grad in the kernels.
+    const int out_id = st.act >= 0 ? st.act_value : st.output;
+    read(out_id);
     const int x_id = st.inputs[0];
-    const float* dy = grad(st.output);
+    const float* dy = grad(out_id);
+    const float* act_y = st.act >= 0 ? act(st.act_value) : nullptr;
     float* dx = needs_[size_t(x_id)] ? grad(x_id) : nullptr;
     const bool acc = dx ? write(x_id) : false;
     if (dry_run) {
@@ -379,8 +398,8 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
     const long long count = (long long)n * st.elements;
     switch (st.op) {
       case OpType::Conv2D:
-        conv_backward_params(act(x_id), dy, pgrad(st.weight), pgrad(st.bias), n, st.geom, s);
-        if (dx) conv_backward_input(dy, param(st.weight), dx, n, st.geom, acc, s);
+        conv_backward_params(act(x_id), dy, act_y, st.act, pgrad(st.weight), pgrad(st.bias), n, st.geom, s);
+        if (dx) conv_backward_input(dy, act_y, st.act, param(st.weight), dx, n, st.geom, acc, s);
         break;
       case OpType::Dense: {
         const int64_t k = st.elements;
@@ -390,6 +409,7 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
         w.c = pgrad(st.weight), w.ldc = k;
         w.m = st.units, w.n = int(k), w.k = n;
         w.row_sums = pgrad(st.bias);  // db[u] = sum over samples of dy[s, u], in the same launch
+        w.a_act = st.act, w.a_act_y = act_y;
         gemm(w, s);
         if (dx) {
           GemmArgs d;  // dx[s, k] (+)= sum over units of dy[s, u] * w[u, k]
@@ -398,6 +418,7 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
           d.c = dx, d.ldc = k;
           d.m = n, d.n = int(k), d.k = st.units;
           d.accumulate = acc;
+          d.a_act = st.act, d.a_act_y = act_y;
           gemm(d, s);
         }
         break;

@@ -29,7 +29,10 @@ namespace engine::custom::train {
 
 class GpuTrainer final : public TrainExecutable {
  public:
-  GpuTrainer(const Graph& graph, const TrainOptions& options);
+  // fold_activations: a relu/tanh/sigmoid that is the only reader of a conv2d or dense output runs
+  // inside that node's kernels (forward epilogue, backward operand loads): fewer launches, the same
+  // bits (tests compare both).
+  GpuTrainer(const Graph& graph, const TrainOptions& options, bool fold_activations = true);
   ~GpuTrainer() override;
   GpuTrainer(const GpuTrainer&) = delete;
   GpuTrainer& operator=(const GpuTrainer&) = delete;
@@ -68,6 +71,12 @@ class GpuTrainer final : public TrainExecutable {
     int units = 0;
     int weight = -1, bias = -1;  // indices into parameters_
     gpu::DeviceBuffer<int> argmax;  // maxpool: [max_batch, output elements]
+    // Folding: on a conv2d/dense, the activation run in its kernels (a Pointwise, or -1) and that
+    // activation's output value (the node then writes it, not its own output); on the activation,
+    // `folded` (it runs nothing).
+    int act = -1;
+    int act_value = -1;
+    bool folded = false;
   };
 
   int root(int v) const;

@@ -1,4 +1,5 @@
 // Element-wise training kernels (fp32, --fmad=false, accurate tanhf/expf).
+#include "engine/custom/train/activation.cuh"
 #include "engine/custom/train/block_reduce.cuh"
 #include "engine/custom/train/pointwise_train.hpp"
 #include "engine/custom/train/train_launch.hpp"
@@ -12,12 +13,7 @@ namespace {
        idx += (long long)gridDim.x * blockDim.x)
 
 __global__ void activation_forward_kernel(int op, const float* __restrict__ x, float* __restrict__ y, long long count) {
-  GRID_STRIDE(i, count) {
-    const float v = x[i];
-    if (op == int(Pointwise::Relu)) y[i] = v > 0.0f ? v : 0.0f;
-    else if (op == int(Pointwise::Tanh)) y[i] = tanhf(v);
-    else y[i] = 1.0f / (1.0f + expf(-v));
-  }
+  GRID_STRIDE(i, count) y[i] = activate(op, x[i]);
 }
 
 __global__ void activation_backward_kernel(int op, const float* __restrict__ x, const float* __restrict__ y,
@@ -25,10 +21,8 @@ __global__ void activation_backward_kernel(int op, const float* __restrict__ x, 
                                            bool accumulate) {
   GRID_STRIDE(i, count) {
     const float prev = accumulate ? dx[i] : 0.0f;
-    float d;
-    if (op == int(Pointwise::Relu)) d = x[i] > 0.0f ? dy[i] : 0.0f;
-    else if (op == int(Pointwise::Tanh)) d = dy[i] * (1.0f - y[i] * y[i]);
-    else d = dy[i] * (1.0f - y[i]) * y[i];
+    // relu from its input as the host does (x > 0); the same as from y.
+    const float d = op == int(Pointwise::Relu) ? (x[i] > 0.0f ? dy[i] : 0.0f) : activation_grad(op, dy[i], y[i]);
     dx[i] = prev + d;
   }
 }
