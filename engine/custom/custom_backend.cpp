@@ -422,6 +422,14 @@ class CustomBackend final : public Backend {
     return gpu::compile_on_device(options, [&] { return compile_here(graph, options); });
   }
 
+  // Training: the ops and refusals of the host trainers (every v1 op), fp32 kernels in
+  // engine/custom/train/. Unavailable without a GPU: the registry reports the backend unavailable.
+  std::optional<std::string> cannot_train() const override { return std::nullopt; }
+  std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
+    check_supported(*this, graph);
+    return train::make_gpu_trainer(graph, options);
+  }
+
  private:
   std::unique_ptr<Executable> compile_here(const Graph& graph, const CompileOptions& options) {
     const fused::DeviceShape device = read_device_shape();
@@ -439,13 +447,6 @@ class CustomBackend final : public Backend {
       not_fused = std::get<std::string>(planned);
     }
     return std::make_unique<CustomExecutable>(graph, options, header, not_fused);
-  }
-  // Training: the ops and refusals of the host trainers (every v1 op), fp32 kernels in
-  // engine/custom/train/. Unavailable without a GPU: the registry reports the backend unavailable.
-  std::optional<std::string> cannot_train() const override { return std::nullopt; }
-  std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
-    check_supported(*this, graph);
-    return train::make_gpu_trainer(graph, options);
   }
 };
 

@@ -13,6 +13,7 @@
 #include "engine/custom/train/dense_train.hpp"
 #include "engine/custom/train/pointwise_train.hpp"
 #include "engine/custom/train/pool_train.hpp"
+#include "engine/gpu/device.hpp"
 #include "engine/gpu/preprocess.hpp"
 
 namespace engine::custom::train {
@@ -35,6 +36,7 @@ GpuTrainer::GpuTrainer(const Graph& graph, const TrainOptions& options, bool fol
     : graph_(graph), opt_(options.optimizer), max_batch_(options.max_batch) {
   check_trainable(graph_);
   if (max_batch_ < 1) throw std::invalid_argument("custom: max_batch must be at least 1");
+  CUDA_CHECK(cudaGetDevice(&device_.device));
   if (graph_.values[size_t(graph_.input)].alias_of >= 0) throw std::logic_error("graph input is an alias");
   parameters_ = parameter_layout(graph_);
   const int64_t count = parameter_count();
@@ -172,6 +174,7 @@ GpuTrainer::GpuTrainer(const Graph& graph, const TrainOptions& options, bool fol
 }
 
 GpuTrainer::~GpuTrainer() {
+  cudaSetDevice(device_.device);
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
 }
 
@@ -217,6 +220,7 @@ void GpuTrainer::upload(const void* input, const uint8_t* labels, int n, cudaMem
 }
 
 BatchResult GpuTrainer::step(const void* input, const uint8_t* labels, int n) {
+  gpu::DeviceGuard guard(device_.device);
   check_batch(input, labels, n);
   check_labels(labels, n);
   upload(input, labels, n, cudaMemcpyHostToDevice);
@@ -224,12 +228,14 @@ BatchResult GpuTrainer::step(const void* input, const uint8_t* labels, int n) {
 }
 
 BatchResult GpuTrainer::step_device(const void* device_input, const uint8_t* device_labels, int n) {
+  gpu::DeviceGuard guard(device_.device);
   check_batch(device_input, device_labels, n);
   upload(device_input, device_labels, n, cudaMemcpyDeviceToDevice);
   return finish(n, Mode::Train);
 }
 
 BatchResult GpuTrainer::evaluate(const void* input, const uint8_t* labels, int n) {
+  gpu::DeviceGuard guard(device_.device);
   check_batch(input, labels, n);
   check_labels(labels, n);
   upload(input, labels, n, cudaMemcpyHostToDevice);
@@ -237,6 +243,7 @@ BatchResult GpuTrainer::evaluate(const void* input, const uint8_t* labels, int n
 }
 
 BatchResult GpuTrainer::compute_gradients(const void* input, const uint8_t* labels, int n) {
+  gpu::DeviceGuard guard(device_.device);
   check_batch(input, labels, n);
   check_labels(labels, n);
   upload(input, labels, n, cudaMemcpyHostToDevice);
@@ -470,6 +477,7 @@ void GpuTrainer::enqueue_update() {
 }
 
 void GpuTrainer::read_parameters(std::span<float> out) const {
+  gpu::DeviceGuard guard(device_.device);
   if (int64_t(out.size()) != parameter_count())
     throw std::invalid_argument(fmt::format("custom: {} floats for {} parameters", out.size(), parameter_count()));
   CUDA_CHECK(cudaMemcpyAsync(out.data(), params_.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
@@ -477,6 +485,7 @@ void GpuTrainer::read_parameters(std::span<float> out) const {
 }
 
 void GpuTrainer::read_gradients(std::span<float> out) const {
+  gpu::DeviceGuard guard(device_.device);
   if (int64_t(out.size()) != parameter_count())
     throw std::invalid_argument(fmt::format("custom: {} floats for {} gradients", out.size(), parameter_count()));
   CUDA_CHECK(cudaMemcpyAsync(out.data(), grads_.data(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
@@ -484,6 +493,7 @@ void GpuTrainer::read_gradients(std::span<float> out) const {
 }
 
 void GpuTrainer::write_parameters(std::span<const float> in) {
+  gpu::DeviceGuard guard(device_.device);
   if (int64_t(in.size()) != parameter_count())
     throw std::invalid_argument(fmt::format("custom: {} floats for {} parameters", in.size(), parameter_count()));
   CUDA_CHECK(cudaMemcpyAsync(params_.data(), in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
@@ -491,6 +501,7 @@ void GpuTrainer::write_parameters(std::span<const float> in) {
 }
 
 void GpuTrainer::poison_buffers() {
+  gpu::DeviceGuard guard(device_.device);
   cudaStream_t s = stream_.get();
   for (const auto* list : {&act_, &grad_})
     for (const auto& b : *list)

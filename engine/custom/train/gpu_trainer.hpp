@@ -119,6 +119,12 @@ class GpuTrainer final : public TrainExecutable {
   bool graphs_on_ = true;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (n, mode) -> instantiated graph
   std::string summary_;
+  // The device current at construction: every entry point runs with it current (gpu::DeviceGuard),
+  // and this last member, destroyed first, makes it current before the buffers are freed.
+  struct DeviceOnDestruction {
+    int device = 0;
+    ~DeviceOnDestruction() { cudaSetDevice(device); }
+  } device_;
 };
 
 std::unique_ptr<TrainExecutable> make_gpu_trainer(const Graph& graph, const TrainOptions& options);
