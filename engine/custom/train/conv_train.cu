@@ -139,12 +139,118 @@ void conv_backward_input(const float* dy, const float* act_y, int act, const flo
   CUDA_CHECK_LAUNCH("train: conv2d input gradient");
 }
 
+namespace {
+
+// Blocks the stage-1 grid aims at: two per SM of the H100 (132 SMs), fixed (never per device:
+// the chunking is part of the result's bits).
+constexpr int kParamBlocksTarget = 264;
+
+int param_chunks(const WindowGeom& g, int n) {
+  const int pairs = g.out_c * g.in_c;
+  return std::max(1, std::min(n, (kParamBlocksTarget + pairs - 1) / pairs));
+}
+
+bool tiled_params(const WindowGeom& g) { return g.kh == g.kw && g.kh >= 1 && g.kh <= 5; }
+
+template <int K>
+__global__ void __launch_bounds__(kReduceThreads)
+    conv_params_partial_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                               const float* __restrict__ act_y, int act, float* __restrict__ partials, int n,
+                               WindowGeom g, int chunks) {
+  constexpr int KK = K * K;
+  __shared__ float red[KK + 1][kReduceThreads];
+  const int pair = blockIdx.x / chunks, chunk = blockIdx.x - pair * chunks;
+  const int o = pair / g.in_c, c = pair - o * g.in_c;
+  const int s0 = int((long long)n * chunk / chunks), s1 = int((long long)n * (chunk + 1) / chunks);
+  const int plane = g.out_h * g.out_w;
+  float acc[KK + 1];
+#pragma unroll
+  for (int k = 0; k <= KK; ++k) acc[k] = 0.0f;
+  const long long count = (long long)(s1 - s0) * plane;
+  for (long long idx = threadIdx.x; idx < count; idx += kReduceThreads) {
+    const int s = s0 + int(idx / plane), pos = int(idx % plane);
+    const long long at = s * g.out_size() + (long long)o * plane + pos;
+    const float d = act >= 0 ? activation_grad(act, dy[at], act_y[at]) : dy[at];
+    const int i = pos / g.out_w, j = pos - i * g.out_w;
+    const float* xc = x + s * g.in_size() + (long long)c * g.in_h * g.in_w;
+    const int y0 = i * g.sh - g.pt, x0 = j * g.sw - g.pl;
+#pragma unroll
+    for (int p = 0; p < K; ++p) {
+      const int yy = y0 + p;
+#pragma unroll
+      for (int q = 0; q < K; ++q) {
+        const int xx = x0 + q;
+        const bool inside = yy >= 0 && yy < g.in_h && xx >= 0 && xx < g.in_w;
+        const float v = inside ? xc[(long long)yy * g.in_w + xx] : 0.0f;
+        acc[p * K + q] = acc[p * K + q] + d * v;
+      }
+    }
+    acc[KK] = acc[KK] + d;
+  }
+  // KK + 1 fixed trees at once: halve every row in the same steps.
+#pragma unroll
+  for (int k = 0; k <= KK; ++k) red[k][threadIdx.x] = acc[k];
+  __syncthreads();
+  for (int half = kReduceThreads / 2; half > 0; half >>= 1) {
+    for (int e = threadIdx.x; e < (KK + 1) * half; e += kReduceThreads) {
+      const int k = e / half, t = e - k * half;
+      red[k][t] = red[k][t] + red[k][t + half];
+    }
+    __syncthreads();
+  }
+  // partials: [chunk][o][c][p][q] for the weights, then [chunk][o] for the bias (from c = 0 only).
+  const long long weights = (long long)g.out_c * g.in_c * KK;
+  for (int k = threadIdx.x; k < KK; k += kReduceThreads) partials[chunk * weights + (long long)pair * KK + k] = red[k][0];
+  if (c == 0 && threadIdx.x == 0) partials[(long long)chunks * weights + (long long)chunk * g.out_c + o] = red[KK][0];
+}
+
+// Each weight (and bias) element: its chunks added in chunk order.
+__global__ void conv_params_sum_kernel(const float* __restrict__ partials, float* __restrict__ dw,
+                                       float* __restrict__ db, long long weights, int out_c, int chunks) {
+  const long long total = weights + (db ? out_c : 0);
+  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {
+    float v = 0.0f;
+    if (e < weights) {
+      for (int ch = 0; ch < chunks; ++ch) v = v + partials[ch * weights + e];
+      dw[e] = v;
+    } else {
+      const long long o = e - weights;
+      for (int ch = 0; ch < chunks; ++ch) v = v + partials[chunks * weights + ch * out_c + o];
+      db[o] = v;
+    }
+  }
+}
+
+}  // namespace
+
+long long conv_param_partials(const WindowGeom& g, int max_batch) {
+  if (!tiled_params(g)) return 0;
+  int most = 1;  // the largest chunk count any n <= max_batch uses
+  for (int n = 1; n <= max_batch; ++n) most = std::max(most, param_chunks(g, n));
+  return (long long)most * ((long long)g.out_c * g.in_c * g.kh * g.kw + g.out_c);
+}
+
 void conv_backward_params(const float* x, const float* dy, const float* act_y, int act, float* dw, float* db, int n,
-                          const WindowGeom& g, cudaStream_t stream) {
+                          const WindowGeom& g, float* partials, cudaStream_t stream) {
   const int weights = g.out_c * g.in_c * g.kh * g.kw;
-  const int blocks = weights + (db ? g.out_c : 0);
-  conv_backward_params_kernel<<<blocks, kReduceThreads, 0, stream>>>(x, dy, act_y, act, dw, db, n, g, weights);
-  CUDA_CHECK_LAUNCH("train: conv2d weight gradient");
+  if (!tiled_params(g) || partials == nullptr) {
+    const int blocks = weights + (db ? g.out_c : 0);
+    conv_backward_params_kernel<<<blocks, kReduceThreads, 0, stream>>>(x, dy, act_y, act, dw, db, n, g, weights);
+    CUDA_CHECK_LAUNCH("train: conv2d weight gradient");
+    return;
+  }
+  const int chunks = param_chunks(g, n);
+  const unsigned blocks = unsigned(g.out_c * g.in_c * chunks);
+  switch (g.kh) {
+    case 1: conv_params_partial_kernel<1><<<blocks, kReduceThreads, 0, stream>>>(x, dy, act_y, act, partials, n, g, chunks); break;
+    case 2: conv_params_partial_kernel<2><<<blocks, kReduceThreads, 0, stream>>>(x, dy, act_y, act, partials, n, g, chunks); break;
+    case 3: conv_params_partial_kernel<3><<<blocks, kReduceThreads, 0, stream>>>(x, dy, act_y, act, partials, n, g, chunks); break;
+    case 4: conv_params_partial_kernel<4><<<blocks, kReduceThreads, 0, stream>>>(x, dy, act_y, act, partials, n, g, chunks); break;
+    default: conv_params_partial_kernel<5><<<blocks, kReduceThreads, 0, stream>>>(x, dy, act_y, act, partials, n, g, chunks); break;
+  }
+  CUDA_CHECK_LAUNCH("train: conv2d weight gradient (partial sums)");
+  conv_params_sum_kernel<<<grid_for(weights + g.out_c), kThreads, 0, stream>>>(partials, dw, db, weights, g.out_c, chunks);
+  CUDA_CHECK_LAUNCH("train: conv2d weight gradient (chunk sums)");
 }
 
 }  // namespace engine::custom::train

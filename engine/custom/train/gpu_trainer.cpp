@@ -107,6 +107,9 @@ GpuTrainer::GpuTrainer(const Graph& graph, const TrainOptions& options, bool fol
         g.count_include_pad = node.count_include_pad;
         if (node.op == OpType::MaxPool)
           st.argmax = gpu::DeviceBuffer<int>(size_t(out.elements) * B, "maxpool argmax of " + node.name);
+        if (node.op == OpType::Conv2D)
+          if (const long long floats = conv_param_partials(g, int(B)); floats > 0)
+            st.param_partials = gpu::DeviceBuffer<float>(size_t(floats), "weight-gradient partial sums of " + node.name);
         break;
       }
       case OpType::Dense: st.units = node.units; break;
@@ -405,7 +408,8 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
     const long long count = (long long)n * st.elements;
     switch (st.op) {
       case OpType::Conv2D:
-        conv_backward_params(act(x_id), dy, act_y, st.act, pgrad(st.weight), pgrad(st.bias), n, st.geom, s);
+        conv_backward_params(act(x_id), dy, act_y, st.act, pgrad(st.weight), pgrad(st.bias), n, st.geom,
+                             st.param_partials.size() > 0 ? st.param_partials.data() : nullptr, s);
         if (dx) conv_backward_input(dy, act_y, st.act, param(st.weight), dx, n, st.geom, acc, s);
         break;
       case OpType::Dense: {

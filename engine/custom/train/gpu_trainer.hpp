@@ -71,6 +71,7 @@ class GpuTrainer final : public TrainExecutable {
     int units = 0;
     int weight = -1, bias = -1;  // indices into parameters_
     gpu::DeviceBuffer<int> argmax;  // maxpool: [max_batch, output elements]
+    gpu::DeviceBuffer<float> param_partials;  // conv2d: the weight gradient's per-chunk sums
     // Folding: on a conv2d/dense, the activation run in its kernels (a Pointwise, or -1) and that
     // activation's output value (the node then writes it, not its own output); on the activation,
     // `folded` (it runs nothing).
