@@ -1,5 +1,7 @@
 #include "formats/model.hpp"
 
+#include "formats/error.hpp"
+
 #include <array>
 #include <stdexcept>
 #include <utility>
@@ -82,6 +84,14 @@ int64_t Model::parameter_count() const {
     if (node.bias) total += element_count(node.bias->shape);
   }
   return total;
+}
+
+void require_weights(const Model& model) {
+  if (model.has_weights) return;
+  throw FormatError(model.source_path.empty() ? model.name : model.source_path,
+                    "is an architecture-only graph (no \"weights\" key): it has no trained parameters to run; "
+                    "train it first with `engine train " + (model.source_path.empty() ? model.name : model.source_path) +
+                        " --data IMAGES -o OUT.json`");
 }
 
 }  // namespace formats

@@ -76,7 +76,11 @@ struct Model {
   std::string name;
   std::string description;
   std::string source_path;   // graph file the model came from ("" for models built in code)
-  std::string weights_path;  // resolved path of the weights file
+  std::string weights_path;  // resolved path of the weights file ("" when !has_weights)
+  // False for an architecture-only graph file (no "weights" key, model-format-v1.md): every
+  // parameter tensor has its name and shape, and all its values are zero. `engine train`
+  // initialises it; `engine run` refuses it (require_weights).
+  bool has_weights = true;
   InputSpec input;
   std::vector<std::string> labels;   // optional class names
   std::vector<Node> nodes;           // topologically sorted
@@ -86,5 +90,8 @@ struct Model {
   Shape value_shape(const std::string& value) const;  // input or node output; throws if unknown
   int64_t parameter_count() const;
 };
+
+// Throws FormatError(model file, ...) when the model is architecture-only: there is nothing to run.
+void require_weights(const Model& model);
 
 }  // namespace formats

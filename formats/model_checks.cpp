@@ -234,6 +234,40 @@ void check_parameters(const Node& node, const std::string& origin) {
   }
 }
 
+// An architecture-only model's tensors (named by the loader, shapeless) get the shape the node
+// needs and zero values. The count is checked before allocating: a kernel of 2^31 x 2^31 is a few
+// bytes of JSON.
+constexpr int64_t kMaxArchitectureTensorElements = int64_t{1} << 28;  // 1 GiB of float32
+void size_architecture_tensors(Node& node, const Shape& in, const std::string& origin) {
+  auto size = [&](std::optional<Tensor>& t, Shape shape) {
+    if (!t || !t->shape.empty()) return;
+    const std::optional<int64_t> count = checked_element_count(shape);
+    if (!count || *count > kMaxArchitectureTensorElements) {
+      fail(origin, node_label(node) + ": tensor '" + t->name + "' would have shape " +
+                       shape_to_string(shape) + ", more than " +
+                       std::to_string(kMaxArchitectureTensorElements) + " values");
+    }
+    t->shape = std::move(shape);
+    t->values.assign(static_cast<size_t>(*count), 0.0f);
+  };
+  const int64_t channels = in.empty() ? 1 : in[0];
+  switch (node.op) {
+    case OpType::Conv2D:
+      size(node.weight, {node.out_channels, channels, node.window.kernel_h, node.window.kernel_w});
+      size(node.bias, {node.out_channels});
+      break;
+    case OpType::Dense:
+      size(node.weight, {node.units, channels});
+      size(node.bias, {node.units});
+      break;
+    case OpType::ScaleShift:
+      size(node.weight, {channels});
+      size(node.bias, {channels});
+      break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 std::string node_label(const Node& node) { return "node '" + node.name + "'"; }
@@ -432,9 +466,10 @@ std::vector<size_t> check_names_and_sort(Model& model, const std::string& origin
 void propagate_shapes(Model& model, const std::string& origin) {
   std::map<std::string, Shape> shapes{{model.input.name, model.input.shape}};
   for (Node& node : model.nodes) {
-    check_parameters(node, origin);
     std::vector<Shape> inputs;
     for (const std::string& input : node.inputs) inputs.push_back(shapes.at(input));
+    if (!model.has_weights) size_architecture_tensors(node, inputs[0], origin);
+    check_parameters(node, origin);
     Shape shape = output_shape(node, inputs, origin);
     const std::optional<int64_t> count = checked_element_count(shape);
     if (!count || *count > kMaxValueElements) {

@@ -336,7 +336,9 @@ ParsedGraph parse_graph(const Json& root, const std::string& file) {
   if (const Json* description = top.find("description")) {
     model.description = Field(top, *description, "description").string();
   }
-  const Json& weights = Field(top, top.require("weights"), "weights").object();
+  // No "weights": an architecture-only graph (model-format-v1.md, amended).
+  const Json* weights = top.find("weights");
+  if (weights) Field(top, *weights, "weights").object();
   const Json& input = Field(top, top.require("input"), "input").object();
   if (const Json* labels = top.find("labels")) {
     model.labels = Field(top, *labels, "labels").strings();
@@ -346,14 +348,17 @@ ParsedGraph parse_graph(const Json& root, const std::string& file) {
   model.outputs = Field(top, top.require("outputs"), "outputs").strings();
 
   if (model.name.empty()) top.fail("'name' must not be empty");
-  ObjectReader weights_reader(weights, "weights", file);
-  weights_reader.allow({"file", "sha256"});
-  graph.weights_file = Field(weights_reader, weights_reader.require("file"), "file").string();
-  graph.weights_sha256 = Field(weights_reader, weights_reader.require("sha256"), "sha256").string();
-  if (graph.weights_file.empty()) weights_reader.fail("'file' must not be empty");
-  if (!is_lower_hex_digest(graph.weights_sha256)) {
-    weights_reader.fail("'sha256' must be 64 lowercase hex digits, got \"" +
-                        graph.weights_sha256 + "\"");
+  model.has_weights = weights != nullptr;
+  if (weights) {
+    ObjectReader weights_reader(*weights, "weights", file);
+    weights_reader.allow({"file", "sha256"});
+    graph.weights_file = Field(weights_reader, weights_reader.require("file"), "file").string();
+    graph.weights_sha256 = Field(weights_reader, weights_reader.require("sha256"), "sha256").string();
+    if (graph.weights_file.empty()) weights_reader.fail("'file' must not be empty");
+    if (!is_lower_hex_digest(graph.weights_sha256)) {
+      weights_reader.fail("'sha256' must be 64 lowercase hex digits, got \"" +
+                          graph.weights_sha256 + "\"");
+    }
   }
 
   parse_input(input, model.input, file);
@@ -479,6 +484,25 @@ void attach_tensors(ParsedGraph& graph, const std::vector<size_t>& order,
   }
 }
 
+// Architecture only: each role's tensor gets its name now; its shape and zero values come with
+// shape propagation (model_checks.cpp), once the input sizes are known.
+void name_tensors(ParsedGraph& graph, const std::vector<size_t>& order, const std::string& file) {
+  std::map<std::string, std::string> used_by;
+  for (size_t i = 0; i < graph.model.nodes.size(); ++i) {
+    Node& node = graph.model.nodes[i];
+    for (const auto& [role, name] : graph.roles[order[i]]) {
+      const std::string user = node_label(node) + " (" + role + ")";
+      const auto [previous, inserted] = used_by.emplace(name, user);
+      if (!inserted) {
+        throw FormatError(file, node_label(node) + ": " + role + " tensor '" + name +
+                                    "' is already used by " + previous->second +
+                                    "; each tensor belongs to exactly one node");
+      }
+      (role == "weight" || role == "scale" ? node.weight : node.bias) = Tensor{name, {}, {}};
+    }
+  }
+}
+
 }  // namespace
 
 Model load_model(const std::string& graph_path) {
@@ -486,10 +510,14 @@ Model load_model(const std::string& graph_path) {
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   ParsedGraph graph = parse_graph(parse_strict_json(text, graph_path, "graph file"), graph_path);
   const std::vector<size_t> order = check_names_and_sort(graph.model, graph_path);
-  std::string weights_path;
-  const SafetensorsFile weights = read_weights(graph, graph_path, weights_path);
-  graph.model.weights_path = weights_path;
-  attach_tensors(graph, order, weights, graph_path);
+  if (graph.model.has_weights) {
+    std::string weights_path;
+    const SafetensorsFile weights = read_weights(graph, graph_path, weights_path);
+    graph.model.weights_path = weights_path;
+    attach_tensors(graph, order, weights, graph_path);
+  } else {
+    name_tensors(graph, order, graph_path);
+  }
   if (graph.labels_present && graph.model.labels.empty()) {
     throw FormatError(graph_path, "'labels' is empty; remove it or give one name per class");
   }

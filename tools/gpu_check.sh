@@ -2,7 +2,8 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi]...   (default: build test sanitize run)
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi|train]...   (default: build test sanitize run)
+# train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}; mkdir -p "$OUT"
@@ -195,6 +196,55 @@ PY
       return $rc
     }
     multi_all 2>&1 | tee "$OUT/multi.log" || status=1
+    ;;
+  train|train-tests|train-mnist|train-bench)
+    # Issue 13's GPU half (docs/training.md, "GPU"). `train` runs the three parts below; each also
+    # runs alone (train-tests, train-mnist, train-bench) when one call must stay under 10 minutes.
+    # Files in $OUT (5): train-tests.log, train-sanitizer.log, train-mnist.log, train-bench.json,
+    # train-bench.log.
+    py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+    if [[ $s == train || $s == train-tests ]]; then
+      # The custom trainer's GPU tests: gradients vs the float64 reference, 50-step runs vs the cpu
+      # trainer, bitwise repeats; the "[ measured ]" lines are the numbers for docs/training.md.
+      timeout 300 $B/tests/gpu/gpu_tests --gtest_filter='CustomTrain*' >"$OUT/train-tests.log" 2>&1 || status=1
+      grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED" "$OUT/train-tests.log" | tail -60
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/gpu/gpu_tests --gtest_brief=1 \
+        --gtest_filter='CustomTrainGradients*:CustomTrainInterface*:-*LenetLike*' >"$OUT/train-sanitizer.log" 2>&1 \
+        || status=1
+      echo "compute-sanitizer memcheck (train): $(grep -E "ERROR SUMMARY" "$OUT/train-sanitizer.log" | tail -1)"
+    fi
+    if [[ $s == train || $s == train-mnist ]]; then
+      # engine train on MNIST, LeNet-5 from the same initialisation on cpu and custom: loss, train
+      # and test accuracy, images/s per epoch. TRAIN_EPOCHS (default 3), TRAIN_BATCH (default 32).
+      {
+        tmp=$(mktemp -d)
+        for be in cpu custom; do
+          timeout 240 $B/engine train models/architectures/lenet5.json \
+            --data "$DATA/train-images-idx3-ubyte.gz" --val "$DATA/t10k-images-idx3-ubyte.gz" \
+            --epochs "${TRAIN_EPOCHS:-3}" --batch "${TRAIN_BATCH:-32}" --optimizer adam --seed 1 --backend $be \
+            --no-plot --no-checkpoints -o "$tmp/lenet5-$be.json" || status=1
+        done
+        "$py" - "$tmp" <<'PY' || status=1
+import json, sys
+d = sys.argv[1]
+curves = {be: json.load(open(f"{d}/lenet5-{be}.curve.json"))["epochs"] for be in ("cpu", "custom")}
+print("epoch | cpu: loss, train acc, test acc, images/s | custom: loss, train acc, test acc, images/s")
+for c, g in zip(curves["cpu"], curves["custom"]):
+    print(f"{c['epoch']:5d} | {c['loss']:.5f} {c['accuracy']:.4f} {c['val_accuracy']:.4f} {c['images_per_second']:10,.0f} | "
+          f"{g['loss']:.5f} {g['accuracy']:.4f} {g['val_accuracy']:.4f} {g['images_per_second']:10,.0f}")
+sys.exit(0 if curves["custom"][-1]["val_accuracy"] > 0.97 else 1)
+PY
+        rm -rf "$tmp"
+      } >"$OUT/train-mnist.log" 2>&1 || status=1
+      tail -8 "$OUT/train-mnist.log"
+    fi
+    if [[ $s == train || $s == train-bench ]]; then
+      # Time per epoch, LeNet-5, batch 256 and 32, data on the GPU: custom vs PyTorch eager, CUDA
+      # graph, torch.compile (tools/bench_train_gpu.py says what is timed).
+      timeout 420 "$py" tools/bench_train_gpu.py --engine-bin $B/train_bench_gpu --json "$OUT/train-bench.json" \
+        >"$OUT/train-bench.log" 2>&1 || status=1
+      tail -20 "$OUT/train-bench.log"
+    fi
     ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac

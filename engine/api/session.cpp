@@ -15,6 +15,7 @@ Session::Session(const std::string& model_path, const SessionOptions& options) :
   auto& registry = BackendRegistry::instance();
   backend_ = registry.create(options.backend.empty() ? registry.best_available().name : options.backend);
   model_ = std::make_shared<const formats::Model>(formats::load_model(model_path));
+  formats::require_weights(*model_);  // an architecture-only graph has nothing to run
   graph_ = plan_graph(model_);
 
   CompileOptions copts;

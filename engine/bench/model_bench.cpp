@@ -889,6 +889,7 @@ int ModelBench::run() {
   check_options();
   const auto backends = pick_backends();
   model_ = std::make_shared<const formats::Model>(formats::load_model(o_.model));
+  formats::require_weights(*model_);  // an architecture-only graph has nothing to run
   graph_.emplace(plan_graph(model_));
   cost_ = model_cost(*graph_);
 

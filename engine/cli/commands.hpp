@@ -39,7 +39,32 @@ struct ShowOptions {
   std::string labels;
 };
 
+// engine train (train_command.cpp; docs/training.md).
+struct TrainCommandOptions {
+  std::string model;       // full model (fine-tuning) or architecture-only graph
+  std::string data;        // training images (IDX, raw or .gz)
+  std::string labels;      // empty: the MNIST-named file beside the images
+  std::string val;         // validation images (optional)
+  std::string val_labels;  // empty: beside the validation images
+  int epochs = 1;
+  int batch = 32;
+  std::string optimizer = "sgd";
+  std::optional<double> lr;  // none: 0.01 for SGD, 0.001 for Adam
+  double lr_decay = 0, momentum = 0, weight_decay = 0;
+  uint64_t seed = 0;
+  bool init = false;       // re-initialise a full model's parameters
+  std::string init_scheme = "torch";  // or "keras" (glorot_uniform, zero biases)
+  std::string backend;     // empty: cpu
+  int threads = 0;         // 0: all cores
+  int early_stopping = 0;  // patience in epochs; 0: off
+  int64_t steps = 0;       // stop after this many steps in all (0: run every epoch)
+  int64_t limit = 0;       // train on the first N samples only (0: all)
+  std::string output;      // OUT.json
+  bool no_shuffle = false, no_checkpoints = false, no_plot = false;
+};
+
 int run_command(const RunOptions& options);
+int train_command(const TrainCommandOptions& options);
 int info_command(const InfoOptions& options);
 int show_command(const ShowOptions& options);
 int backends_command();

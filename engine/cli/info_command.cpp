@@ -65,7 +65,8 @@ int info_command(const InfoOptions& o) {
 
   fmt::print("model     {}{}\n", model->name, model->description.empty() ? "" : " - " + model->description);
   fmt::print("graph     {}\n", o.model);
-  fmt::print("weights   {}\n", model->weights_path);
+  fmt::print("weights   {}\n", model->has_weights ? model->weights_path
+                                                  : std::string("none: an architecture-only graph (engine train gives it weights)"));
   fmt::print("input     {}: {} {}", in.name, in.dtype == formats::InputDType::UInt8 ? "uint8" : "float32",
              formats::shape_to_string(in.raw_shape));
   if (in.preprocess) {

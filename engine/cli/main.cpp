@@ -91,6 +91,42 @@ int main(int argc, char** argv) {
   show_cmd->add_option("--index", show.index, "Which image (from 0)")->capture_default_str();
   show_cmd->add_option("--labels", show.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
 
+  engine::cli::TrainCommandOptions train;
+  auto* train_cmd = app.add_subcommand("train", "Train MODEL (a full model or an architecture-only graph) on labelled images");
+  train_cmd->add_option("MODEL", train.model, "Model graph file (format v1 .json; no weights: architecture only)")->required();
+  train_cmd->add_option("--data", train.data, "Training images (IDX, raw or .gz)")->required();
+  train_cmd->add_option("--labels", train.labels, "Training labels (default: the MNIST-named file beside --data)");
+  train_cmd->add_option("--val", train.val, "Validation images, evaluated after every epoch");
+  train_cmd->add_option("--val-labels", train.val_labels, "Validation labels (default: beside --val)");
+  train_cmd->add_option("--epochs", train.epochs, "Passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
+  train_cmd->add_option("--batch", train.batch, "Samples per step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  train_cmd->add_option("--optimizer", train.optimizer, "sgd or adam (torch.optim definitions)")
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
+  train_cmd->add_option("--lr", train.lr, "Learning rate (default 0.01 for sgd, 0.001 for adam)")->check(CLI::PositiveNumber);
+  train_cmd->add_option("--lr-decay", train.lr_decay, "lr_t = lr / (1 + D * step)")->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--momentum", train.momentum, "SGD momentum (dampening 0, no Nesterov)")->check(CLI::Range(0.0, 1.0));
+  train_cmd->add_option("--weight-decay", train.weight_decay, "L2 added to the gradient (torch.optim)")
+      ->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--seed", train.seed, "Seed of the initialisation and of the shuffling")->capture_default_str();
+  train_cmd->add_flag("--init", train.init, "Initialise a full model's parameters afresh (PyTorch's default scheme)");
+  train_cmd->add_option("--init-scheme", train.init_scheme,
+                        "torch (kaiming_uniform a=sqrt(5), PyTorch's default) or keras (glorot_uniform, zero biases)")
+      ->check(CLI::IsMember({"torch", "keras"}))
+      ->capture_default_str();
+  train_cmd->add_option("--backend", train.backend, "Backend that trains: reference, cpu or custom (GPU) (default cpu)");
+  train_cmd->add_option("--threads", train.threads, "CPU backends: threads (default: all cores)")->check(CLI::Range(1, 4096));
+  train_cmd->add_option("--early-stopping", train.early_stopping,
+                        "Stop after PATIENCE epochs without a lower validation loss; keep the best epoch")
+      ->check(CLI::Range(1, 100000));
+  train_cmd->add_option("--steps", train.steps, "Stop after N steps in all (seed 003's schedule: 1600)")
+      ->check(CLI::PositiveNumber);
+  train_cmd->add_option("--limit", train.limit, "Train on the first N samples of --data only")->check(CLI::PositiveNumber);
+  train_cmd->add_option("-o,--output", train.output, "Trained model to write (OUT.json + OUT.safetensors)")->required();
+  train_cmd->add_flag("--no-shuffle", train.no_shuffle, "Keep the data's order (comparisons with other frameworks)");
+  train_cmd->add_flag("--no-checkpoints", train.no_checkpoints, "Write no per-epoch checkpoint (OUT.checkpoints/)");
+  train_cmd->add_flag("--no-plot", train.no_plot, "Write the curve as CSV/JSON only, no PNG");
+
   auto* backends_cmd = app.add_subcommand("backends", "List the backends built in and whether each can run here");
   auto* bench_cmd = engine::cli::add_bench_command(app);
 
@@ -111,6 +147,7 @@ int main(int argc, char** argv) {
     setup_logging(verbose, quiet);
     if (*run_cmd) return engine::cli::run_command(run);
     if (*info_cmd) return engine::cli::info_command(info);
+    if (*train_cmd) return engine::cli::train_command(train);
     if (*show_cmd) return engine::cli::show_command(show);
     if (*backends_cmd) return engine::cli::backends_command();
     if (*bench_cmd) return engine::cli::bench_command(*bench_cmd);

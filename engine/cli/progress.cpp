@@ -12,7 +12,7 @@ ProgressBar::ProgressBar(int64_t total, bool wanted)
 
 ProgressBar::~ProgressBar() { finish(); }
 
-void ProgressBar::update(int64_t done) {
+void ProgressBar::update(int64_t done, const std::string& suffix) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
   // Redrawing ten times a second is smooth enough and costs nothing next to the work measured.
@@ -21,8 +21,8 @@ void ProgressBar::update(int64_t done) {
   constexpr int kWidth = 30;
   const int filled = int(done * kWidth / total_);
   const std::string bar = std::string(size_t(filled), '#') + std::string(size_t(kWidth - filled), '.');
-  std::fprintf(stderr, "\r[%s] %3d%% %lld/%lld images", bar.c_str(), int(done * 100 / total_),
-               static_cast<long long>(done), static_cast<long long>(total_));
+  std::fprintf(stderr, "\r[%s] %3d%% %lld/%lld images%s\033[K", bar.c_str(), int(done * 100 / total_),
+               static_cast<long long>(done), static_cast<long long>(total_), suffix.c_str());
   std::fflush(stderr);
   drawn_ = true;
 }

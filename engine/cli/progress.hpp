@@ -3,6 +3,7 @@
 // output stay free of carriage returns.
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace engine::cli {
 
@@ -11,7 +12,8 @@ class ProgressBar {
   // Draws nothing unless `wanted` and stderr is a terminal.
   ProgressBar(int64_t total, bool wanted);
   ~ProgressBar();
-  void update(int64_t done);
+  // `suffix` follows the counts on the same line (engine train: loss, accuracy, images/s).
+  void update(int64_t done, const std::string& suffix = {});
   void finish();  // erases the bar
 
  private:

@@ -122,6 +122,7 @@ int run_command(const RunOptions& o) {
 
   const auto load_start = Clock::now();
   auto model = std::make_shared<const formats::Model>(formats::load_model(o.model));
+  formats::require_weights(*model);  // an architecture-only graph has nothing to run
   InputData data;
   data.is_float = model->input.dtype == formats::InputDType::Float32;
   if (data.is_float) {

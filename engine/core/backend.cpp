@@ -45,4 +45,12 @@ void Executable::run_batches(const BatchStream& s) {
   }
 }
 
+std::optional<std::string> Backend::cannot_train() const {
+  return fmt::format("backend '{}' has no training yet (train with --backend reference, cpu or custom)", name());
+}
+
+std::unique_ptr<TrainExecutable> Backend::compile_training(const Graph& /*graph*/, const TrainOptions& /*options*/) {
+  throw std::runtime_error(cannot_train().value_or(fmt::format("backend '{}' cannot train", name())));
+}
+
 }  // namespace engine

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/graph.hpp"
+#include "engine/core/train.hpp"
 
 namespace engine {
 
@@ -155,6 +156,11 @@ class Backend {
   // GPU backends: one line per device an executable can bind to (CompileOptions::device), by index:
   // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)". Empty for a backend that runs on the host.
   virtual std::vector<std::string> devices() const { return {}; }
+
+  // Training (engine/core/train.hpp). A backend that cannot train keeps the defaults: cannot_train()
+  // says why in one line, and compile_training() throws std::runtime_error with that reason.
+  virtual std::optional<std::string> cannot_train() const;
+  virtual std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options);
 };
 
 // Throws std::runtime_error naming every node the backend cannot run, before anything runs.

@@ -14,6 +14,7 @@
 #include "engine/core/registry.hpp"
 #include "engine/cpu/cpu_executable.hpp"
 #include "engine/cpu/program.hpp"
+#include "engine/cpu/train_f32.hpp"
 
 namespace engine::cpu {
 namespace {
@@ -90,6 +91,16 @@ class CpuBackend : public Backend {
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     check_supported(*this, graph);
     return std::make_unique<CpuExecutable>(graph, options, pick_kernels());
+  }
+  std::optional<std::string> cannot_train() const override { return std::nullopt; }
+  // The AVX2 build whenever the processor has it (same bits as the portable one, train_f32.hpp);
+  // ENGINE_CPU_KERNELS=portable forces the portable one, as it does for inference.
+  std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
+    check_supported(*this, graph);
+    const char* forced = std::getenv("ENGINE_CPU_KERNELS");
+    const bool portable = forced && std::string(forced) == "portable";
+    return !portable && has_avx2_fma() ? make_trainer_f32_avx2(graph, options)
+                                       : make_trainer_f32_portable(graph, options);
   }
 };
 

@@ -31,6 +31,7 @@
 #include "engine/custom/fused/fused_plan.hpp"
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
+#include "engine/custom/train/gpu_trainer.hpp"
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/device_executable.hpp"
 #include "engine/gpu/gpu_executable.hpp"
@@ -419,6 +420,14 @@ class CustomBackend final : public Backend {
     check_supported(*this, graph);
     // Everything below (device limits, weights, kernel attributes) on the options' device.
     return gpu::compile_on_device(options, [&] { return compile_here(graph, options); });
+  }
+
+  // Training: the ops and refusals of the host trainers (every v1 op), fp32 kernels in
+  // engine/custom/train/. Unavailable without a GPU: the registry reports the backend unavailable.
+  std::optional<std::string> cannot_train() const override { return std::nullopt; }
+  std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
+    check_supported(*this, graph);
+    return train::make_gpu_trainer(graph, options);
   }
 
  private:

@@ -10,6 +10,7 @@
 
 #include "engine/core/registry.hpp"
 #include "engine/reference/reference_executable.hpp"
+#include "engine/reference/train_f64.hpp"
 
 namespace engine::reference {
 namespace {
@@ -48,6 +49,11 @@ class ReferenceBackend : public Backend {
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     check_supported(*this, graph);
     return std::make_unique<ReferenceExecutable>(graph, options);
+  }
+  std::optional<std::string> cannot_train() const override { return std::nullopt; }
+  std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
+    check_supported(*this, graph);
+    return make_trainer_f64(graph, options);
   }
 };
 
