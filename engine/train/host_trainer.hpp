@@ -11,6 +11,7 @@
 // one thread in the order host_ops.hpp fixes: bitwise the same for any thread count.
 #include <fmt/format.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -46,6 +47,17 @@ class HostTrainer final : public TrainExecutable {
     }
 
     const size_t values = graph_.values.size();
+    // Every value twice (activation and gradient) for a whole batch: refuse, with a clear message,
+    // more than half of the machine's memory (Linux would overcommit and kill the process later).
+    double bytes = 0;
+    for (const Value& v : graph_.values)
+      if (v.alias_of < 0) bytes += 2.0 * double(v.elements) * double(max_batch_) * sizeof(T);
+    const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    if (memory > 0 && bytes > memory / 2)
+      throw std::runtime_error(fmt::format(
+          "{}: a batch of {} needs {:.1f} GiB of activations and gradients, more than half of this machine's {:.1f} GiB; "
+          "use a smaller --batch",
+          backend_, max_batch_, bytes / double(1 << 30), memory / double(1 << 30)));
     act_.resize(values);
     grad_.resize(values);
     for (size_t v = 0; v < values; ++v) {

@@ -177,11 +177,29 @@ def test_bad_data_is_one_clear_error_before_the_first_step(tmp_path, case):
     assert list(out.parent.iterdir()) == [], "something was written for a run that failed"
 
 
+def test_a_batch_larger_than_memory_is_a_clear_error(tmp_path):
+    # 60,000 images of 28x28 in a batch of 60,000 is fine; the LeNet-sized activations of a huge
+    # synthetic set are not: the limit is checked when the trainer is compiled, before any step.
+    images = np.zeros((65536, 28, 28), np.uint8)
+    img = write_idx_images(tmp_path / "train-images-idx3-ubyte", images)
+    write_idx_labels(tmp_path / "train-labels-idx1-ubyte", np.zeros(65536, np.uint8))
+    graph = json.loads((REPO / "models" / "architectures" / "lenet5.json").read_text())
+    for n in graph["nodes"]:
+        if n["name"] == "c1":
+            n["attrs"]["out_channels"] = 4000  # 4000 x 28 x 28 floats per image
+    arch = tmp_path / "wide.json"
+    arch.write_text(json.dumps(graph))
+    proc = run_engine("train", arch, "--data", img, "--batch", 65536, "-o", tmp_path / "m.json", check=False)
+    assert proc.returncode == 1
+    assert "use a smaller --batch" in proc.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     (["--backend", "cudnn"], "cudnn"),  # custom trains (on a GPU); cudnn does not yet
     (["--early-stopping", "2"], "--early-stopping watches the validation loss"),
     (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to --optimizer sgd only"),
 ])
+
 def test_bad_options_are_refused(tmp_path, digits, args, message):
     img, _ = digits
     out = tmp_path / "o" / "m.json"
