@@ -178,7 +178,9 @@ def test_bad_data_is_one_clear_error_before_the_first_step(tmp_path, case):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--backend", "cudnn"], "cudnn"),  # custom trains (on a GPU); cudnn does not yet
+    # Every built-in backend trains now (custom and cudnn on a GPU): a backend that does not exist is
+    # refused by name, before anything is written.
+    (["--backend", "nosuch"], "unknown backend 'nosuch'"),
     (["--early-stopping", "2"], "--early-stopping watches the validation loss"),
     (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to --optimizer sgd only"),
 ])
