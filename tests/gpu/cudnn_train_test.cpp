@@ -331,6 +331,8 @@ TEST(CudnnTrainDeterminism, BitwiseRepeatGraphReplayAndDeviceInput) {
     const RunResult a = run_steps(*first, *model, 20);
     const RunResult b = run_steps(*second, *model, 20);
     const RunResult c = run_steps(*plain, *model, 20);
+    // The library calls were captured into CUDA graphs (a failed capture falls back to plain launches).
+    EXPECT_TRUE(first->graphs_on()) << first->plan_summary();
     EXPECT_EQ(a.params, b.params) << "run after run";
     EXPECT_EQ(a.losses, b.losses) << "run after run";
     EXPECT_EQ(a.params, c.params) << "graph replay vs plain launches";

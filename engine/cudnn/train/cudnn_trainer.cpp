@@ -24,6 +24,8 @@ constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 }  // namespace
 
 CudnnTrainer::CudnnTrainer(const Graph& graph, const TrainOptions& options) : DeviceTrainer(graph, options, "cudnn") {
+  warm_up_before_capture_ = true;  // library calls run once outside a capture first (device_trainer.hpp)
+  capture_fallback_ = true;
   const std::string what = "cudnn trainer: binding the handles";
   CUDNN_CHECK_CTX(cudnnSetStream(cudnn_, stream()), what);
   // cublasSetStream resets the workspace to cuBLAS's default pool: set the stream first.

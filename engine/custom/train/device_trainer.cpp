@@ -227,8 +227,9 @@ BatchResult DeviceTrainer::finish(int n, Mode mode) {
     *scalars_host_.data() = step_scalars(opt_, t_);
     CUDA_CHECK(cudaMemcpyAsync(scalars_.data(), scalars_host_.data(), sizeof(StepScalars), cudaMemcpyHostToDevice, s));
   }
-  if (graphs_on_ && mode != Mode::Gradients) {
-    CUDA_CHECK_CTX(cudaGraphLaunch(graph_for(n, mode), s), "train: graph launch");
+  cudaGraphExec_t exec = graphs_on_ && mode != Mode::Gradients ? graph_for(n, mode) : nullptr;
+  if (exec) {
+    CUDA_CHECK_CTX(cudaGraphLaunch(exec, s), "train: graph launch");
   } else {
     enqueue(n, mode);
   }
@@ -241,6 +242,24 @@ BatchResult DeviceTrainer::finish(int n, Mode mode) {
 cudaGraphExec_t DeviceTrainer::graph_for(int n, Mode mode) {
   const auto key = std::make_pair(n, int(mode));
   if (auto it = graphs_.find(key); it != graphs_.end()) return it->second;
+  cudaStream_t s = stream_.get();
+  if (warm_up_before_capture_) {
+    enqueue(n, mode == Mode::Evaluate ? Mode::Evaluate : Mode::Gradients);  // never the update
+    CUDA_CHECK_CTX(cudaStreamSynchronize(s), "train: warm-up before graph capture");
+  }
+  if (!capture_fallback_) return capture(n, mode);
+  try {
+    return capture(n, mode);
+  } catch (const std::exception& e) {
+    // The input and labels are still in place (nothing of the step ran): plain launches from here.
+    graphs_on_ = false;
+    summary_ += fmt::format("\nCUDA graph capture failed for a batch of {} ({}): plain launches from then on", n,
+                            e.what());
+    return nullptr;
+  }
+}
+
+cudaGraphExec_t DeviceTrainer::capture(int n, Mode mode) {
   cudaStream_t s = stream_.get();
   CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   try {
@@ -255,7 +274,7 @@ cudaGraphExec_t DeviceTrainer::graph_for(int n, Mode mode) {
   const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   CUDA_CHECK_CTX(status, "train: graph instantiation");
-  graphs_.emplace(key, exec);
+  graphs_.emplace(std::make_pair(n, int(mode)), exec);
   return exec;
 }
 

@@ -48,6 +48,7 @@ class DeviceTrainer : public TrainExecutable {
   void read_gradients(std::span<float> out) const;
   // CUDA-graph replay on (the default) or off: plain launches, for tests that compare the two.
   void use_graphs(bool on) { graphs_on_ = on; }
+  bool graphs_on() const { return graphs_on_; }
   cudaStream_t stream() const { return stream_.get(); }
   // Fills every activation and gradient buffer with NaN (all bits set), so a test sees any read of
   // something no kernel of the step wrote.
@@ -103,6 +104,14 @@ class DeviceTrainer : public TrainExecutable {
   int classes_ = 0;
   std::string summary_;
   int device_ = 0;  // the device current at construction: every entry point runs with it current
+  // Library-backed trainers (cudnn): before the first capture of a batch size, run the gradient
+  // pass once with plain launches (libraries may set up per-function state on a first call, which
+  // must not happen inside a capture: PyTorch warms up before torch.cuda.graph for that reason;
+  // it writes activations and gradients only, which the captured step overwrites); and if the
+  // capture still fails, run plain launches from then on, saying so in plan_summary(), rather than
+  // fail the step: the bits are the same either way. The custom trainer leaves both off.
+  bool warm_up_before_capture_ = false;
+  bool capture_fallback_ = false;
 
  private:
   void check_batch(const void* input, const uint8_t* labels, int n) const;
@@ -111,7 +120,9 @@ class DeviceTrainer : public TrainExecutable {
   BatchResult finish(int n, Mode mode);
   void enqueue(int n, Mode mode);
   void enqueue_update();
+  // The graph of (n, mode), captured on first use; null when capture failed and capture_fallback_.
   cudaGraphExec_t graph_for(int n, Mode mode);
+  cudaGraphExec_t capture(int n, Mode mode);
 
   std::vector<int> zero_roots_;  // gradient buffers read before any kernel writes them: zeroed first
   std::vector<std::pair<int64_t, int64_t>> active_;  // [offset, end) of parameters the optimiser updates
