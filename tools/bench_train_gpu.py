@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Training time per epoch on the GPU: the engine's `custom` backend against PyTorch on the same
+"""Training time per epoch on the GPU: the engine's `custom` and `cudnn` backends against PyTorch on the same
 model, batch, optimiser and data in device memory. JSON out; medians of --epochs epochs after
 --warmup epochs.
 
@@ -12,8 +12,10 @@ preprocessing (uint8 -> float, /255, the model's padding), forward, softmax cros
 backward, optimiser step (Adam lr 1e-3 by default, torch.optim definitions). Wall-clock time per
 epoch, the device synchronised at the epoch's end.
 
-  engine-custom    build/train_bench_gpu (GpuTrainer::step_device, a CUDA graph per batch size);
-                   it also reads the loss sum and correct count back every step (one sync per step).
+  engine-custom    build/train_bench_gpu --backend custom (DeviceTrainer::step_device, a CUDA graph
+                   per batch size); it also reads the loss sum and correct count back every step
+                   (one sync per step).
+  engine-cudnn     the same with --backend cudnn (cuDNN + cuBLAS per op, deterministic algorithms).
   torch-eager      plain PyTorch; loss summed on the device, no sync inside the epoch.
   torch-cudagraph  the whole step (forward, backward, Adam(capturable=True).step) captured with
                    torch.cuda.graph and replayed per batch (PyTorch's whole-network capture recipe).
@@ -144,6 +146,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--backends", default="custom,cudnn", help="the engine's GPU backends to time")
     ap.add_argument("--modes", default="torch-eager,torch-cudagraph,torch-compile,torch-compile-ro")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -151,16 +154,21 @@ def main() -> int:
     out = {"model": args.model, "samples": args.samples, "epochs": args.epochs, "warmup": args.warmup,
            "optimizer": "adam", "lr": args.lr, "host": platform.node(), "results": [], "errors": []}
 
-    eng = subprocess.run([args.engine_bin, args.model, "--batch", args.batch, "--samples", str(args.samples),
-                          "--epochs", str(args.epochs), "--warmup", str(args.warmup), "--optimizer", "adam",
-                          "--lr", str(args.lr)], capture_output=True, text=True)
-    sys.stderr.write(eng.stderr)
-    if eng.returncode == 0:
-        e = json.loads(eng.stdout)
-        out["device"] = e["device"]
-        out["results"] += e["results"]
-    else:
-        out["errors"].append({"framework": "engine-custom", "error": eng.stderr.strip()[-2000:]})
+    engines = [f"engine-{be}" for be in args.backends.split(",") if be]
+    for be in args.backends.split(","):
+        if not be:
+            continue
+        eng = subprocess.run([args.engine_bin, args.model, "--backend", be, "--batch", args.batch,
+                              "--samples", str(args.samples), "--epochs", str(args.epochs), "--warmup",
+                              str(args.warmup), "--optimizer", "adam", "--lr", str(args.lr)],
+                             capture_output=True, text=True)
+        sys.stderr.write(eng.stderr)
+        if eng.returncode == 0:
+            e = json.loads(eng.stdout)
+            out["device"] = e["device"]
+            out["results"] += e["results"]
+        else:
+            out["errors"].append({"framework": f"engine-{be}", "error": eng.stderr.strip()[-2000:]})
 
     try:
         import torch
@@ -186,13 +194,17 @@ def main() -> int:
     except Exception as ex:  # noqa: BLE001
         out["errors"].append({"framework": "torch", "error": repr(ex)[-2000:]})
 
-    # Ratios: PyTorch's time over the engine's, per batch and mode (> 1: the engine is faster).
-    engine_ms = {r["batch"]: r["median_epoch_ms"] for r in out["results"] if r["framework"] == "engine-custom"}
-    out["speedup_vs_torch"] = [
-        {"batch": r["batch"], "mode": r["mode"], "ratio": r["median_epoch_ms"] / engine_ms[r["batch"]]}
-        for r in out["results"] if r["framework"] == "torch" and r["batch"] in engine_ms and engine_ms[r["batch"]] > 0]
+    # Ratios: PyTorch's time over each engine backend's, per batch and mode (> 1: the engine is faster).
+    out["speedup_vs_torch"] = []
+    for eng_name in engines:
+        engine_ms = {r["batch"]: r["median_epoch_ms"] for r in out["results"] if r["framework"] == eng_name}
+        out["speedup_vs_torch"] += [
+            {"engine": eng_name, "batch": r["batch"], "mode": r["mode"],
+             "ratio": r["median_epoch_ms"] / engine_ms[r["batch"]]}
+            for r in out["results"]
+            if r["framework"] == "torch" and r["batch"] in engine_ms and engine_ms[r["batch"]] > 0]
     for s in out["speedup_vs_torch"]:
-        print(f"engine-custom vs {s['mode']:18s} batch {s['batch']:4d}: {s['ratio']:.2f}x", file=sys.stderr)
+        print(f"{s['engine']:13s} vs {s['mode']:18s} batch {s['batch']:4d}: {s['ratio']:.2f}x", file=sys.stderr)
     text = json.dumps(out, indent=2)
     if args.json:
         pathlib.Path(args.json).write_text(text + "\n")

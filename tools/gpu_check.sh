@@ -204,21 +204,23 @@ PY
     # train-bench.log.
     py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
     if [[ $s == train || $s == train-tests ]]; then
-      # The custom trainer's GPU tests: gradients vs the float64 reference, 50-step runs vs the cpu
-      # trainer, bitwise repeats; the "[ measured ]" lines are the numbers for docs/training.md.
-      timeout 300 $B/tests/gpu/gpu_tests --gtest_filter='CustomTrain*' >"$OUT/train-tests.log" 2>&1 || status=1
-      grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED" "$OUT/train-tests.log" | tail -60
+      # The custom and cudnn trainers' GPU tests: gradients vs the float64 reference, 50-step runs vs
+      # the cpu trainer, bitwise repeats; the "[ measured ]" lines are the numbers for docs/training.md.
+      # TRAIN_FILTER narrows them (e.g. 'CudnnTrain*').
+      timeout 300 $B/tests/gpu/gpu_tests --gtest_filter="${TRAIN_FILTER:-CustomTrain*:CudnnTrain*}" \
+        >"$OUT/train-tests.log" 2>&1 || status=1
+      grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED" "$OUT/train-tests.log" | grep -v "measured \] plan" | tail -80
       timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/gpu/gpu_tests --gtest_brief=1 \
-        --gtest_filter='CustomTrainGradients*:CustomTrainInterface*:-*LenetLike*' >"$OUT/train-sanitizer.log" 2>&1 \
-        || status=1
+        --gtest_filter="${TRAIN_SANITIZER_FILTER:-CustomTrainGradients*:CustomTrainInterface*:CudnnTrainGradients*:CudnnTrainInterface*:-*LenetLike*}" \
+        >"$OUT/train-sanitizer.log" 2>&1 || status=1
       echo "compute-sanitizer memcheck (train): $(grep -E "ERROR SUMMARY" "$OUT/train-sanitizer.log" | tail -1)"
     fi
     if [[ $s == train || $s == train-mnist ]]; then
-      # engine train on MNIST, LeNet-5 from the same initialisation on cpu and custom: loss, train
-      # and test accuracy, images/s per epoch. TRAIN_EPOCHS (default 3), TRAIN_BATCH (default 32).
+      # engine train on MNIST, LeNet-5 from the same initialisation on cpu, custom and cudnn: loss,
+      # train and test accuracy, images/s per epoch. TRAIN_EPOCHS (default 3), TRAIN_BATCH (default 32).
       {
         tmp=$(mktemp -d)
-        for be in cpu custom; do
+        for be in cpu custom cudnn; do
           timeout 240 $B/engine train models/architectures/lenet5.json \
             --data "$DATA/train-images-idx3-ubyte.gz" --val "$DATA/t10k-images-idx3-ubyte.gz" \
             --epochs "${TRAIN_EPOCHS:-3}" --batch "${TRAIN_BATCH:-32}" --optimizer adam --seed 1 --backend $be \
@@ -227,20 +229,21 @@ PY
         "$py" - "$tmp" <<'PY' || status=1
 import json, sys
 d = sys.argv[1]
-curves = {be: json.load(open(f"{d}/lenet5-{be}.curve.json"))["epochs"] for be in ("cpu", "custom")}
-print("epoch | cpu: loss, train acc, test acc, images/s | custom: loss, train acc, test acc, images/s")
-for c, g in zip(curves["cpu"], curves["custom"]):
-    print(f"{c['epoch']:5d} | {c['loss']:.5f} {c['accuracy']:.4f} {c['val_accuracy']:.4f} {c['images_per_second']:10,.0f} | "
-          f"{g['loss']:.5f} {g['accuracy']:.4f} {g['val_accuracy']:.4f} {g['images_per_second']:10,.0f}")
-sys.exit(0 if curves["custom"][-1]["val_accuracy"] > 0.97 else 1)
+bes = ("cpu", "custom", "cudnn")
+curves = {be: json.load(open(f"{d}/lenet5-{be}.curve.json"))["epochs"] for be in bes}
+print("epoch | " + " | ".join(f"{be}: loss, train acc, test acc, images/s" for be in bes))
+for rows in zip(*(curves[be] for be in bes)):
+    print(f"{rows[0]['epoch']:5d} | " + " | ".join(
+        f"{r['loss']:.5f} {r['accuracy']:.4f} {r['val_accuracy']:.4f} {r['images_per_second']:10,.0f}" for r in rows))
+sys.exit(0 if all(curves[be][-1]["val_accuracy"] > 0.97 for be in ("custom", "cudnn")) else 1)
 PY
         rm -rf "$tmp"
       } >"$OUT/train-mnist.log" 2>&1 || status=1
       tail -8 "$OUT/train-mnist.log"
     fi
     if [[ $s == train || $s == train-bench ]]; then
-      # Time per epoch, LeNet-5, batch 256 and 32, data on the GPU: custom vs PyTorch eager, CUDA
-      # graph, torch.compile (tools/bench_train_gpu.py says what is timed).
+      # Time per epoch, LeNet-5, batch 256 and 32, data on the GPU: custom and cudnn vs PyTorch eager,
+      # CUDA graph, torch.compile (tools/bench_train_gpu.py says what is timed).
       timeout 420 "$py" tools/bench_train_gpu.py --engine-bin $B/train_bench_gpu --json "$OUT/train-bench.json" \
         >"$OUT/train-bench.log" 2>&1 || status=1
       tail -20 "$OUT/train-bench.log"

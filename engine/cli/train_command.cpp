@@ -34,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// The trainable backend the user named, or cpu (of the GPU backends, custom trains; cudnn not yet).
+// The trainable backend the user named, or cpu (every built-in backend trains; custom and cudnn on a GPU).
 std::unique_ptr<Backend> pick_training_backend(const std::string& name) {
   auto backend = BackendRegistry::instance().create(name.empty() ? "cpu" : name);
   if (const auto why = backend->cannot_train()) throw std::runtime_error(*why);

@@ -25,6 +25,7 @@
 #include "engine/core/registry.hpp"
 #include "engine/cudnn/cudnn_executable.hpp"
 #include "engine/cudnn/steps.hpp"
+#include "engine/cudnn/train/cudnn_trainer.hpp"
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/device_executable.hpp"
 
@@ -61,6 +62,13 @@ class CudnnBackend final : public Backend {
     check_supported(*this, graph);
     // Handles, workspaces, algorithm choice and weights on the options' device, bound to it.
     return gpu::compile_on_device(options, [&] { return std::make_unique<CudnnExecutable>(graph, options); });
+  }
+  // Training (engine/cudnn/train/): every v1 op; fp32 with deterministic algorithms, on the current
+  // device. Unavailable without a GPU: the registry reports the backend unavailable.
+  std::optional<std::string> cannot_train() const override { return std::nullopt; }
+  std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
+    check_supported(*this, graph);
+    return train::make_cudnn_trainer(graph, options);
   }
 };
 

@@ -195,7 +195,9 @@ def test_a_batch_larger_than_memory_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--backend", "cudnn"], "cudnn"),  # custom trains (on a GPU); cudnn does not yet
+    # Every built-in backend trains now (custom and cudnn on a GPU): a backend that does not exist is
+    # refused by name, before anything is written.
+    (["--backend", "nosuch"], "unknown backend 'nosuch'"),
     (["--early-stopping", "2"], "--early-stopping watches the validation loss"),
     (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to --optimizer sgd only"),
 ])

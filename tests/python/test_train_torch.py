@@ -118,13 +118,13 @@ LENET = {"format": "cnn-engine-model", "version": 1, "name": "lenet5_small",
 
 @pytest.mark.skipif(not shared_mnist_available(), reason="../shared/data/mnist/train-*.gz not found")
 @pytest.mark.parametrize("backend,dtype,rtol", [("reference", "float64", 1e-9), ("cpu", "float32", 1e-4),
-                                                ("custom", "float32", 1e-4)])
+                                                ("custom", "float32", 1e-4), ("cudnn", "float32", 1e-4)])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_lenet_epoch_loss_curve_matches_torch(tmp_path, backend, dtype, rtol, optimizer):
-    if backend == "custom":  # the GPU trainer: only where `engine backends` says custom can run
-        line = [l for l in run_engine("backends").stdout.splitlines() if l.startswith("custom ")]
+    if backend in ("custom", "cudnn"):  # the GPU trainers: only where `engine backends` says they can run
+        line = [l for l in run_engine("backends").stdout.splitlines() if l.startswith(backend + " ")]
         if not line or "not available" in line[0]:
-            pytest.skip("the custom backend (GPU) is not available here")
+            pytest.skip(f"the {backend} backend (GPU) is not available here")
     images, labels = mnist_subset(640)
     data = write_idx_images(tmp_path / "train-images-idx3-ubyte", images)
     write_idx_labels(tmp_path / "train-labels-idx1-ubyte", labels)

@@ -1,8 +1,8 @@
-// train_bench_gpu: time per epoch of the custom backend's training with the data already in GPU
-// memory (GpuTrainer::step_device), for tools/bench_train_gpu.py. No op logic here.
+// train_bench_gpu: time per epoch of a GPU backend's training (custom or cudnn) with the data
+// already in GPU memory (DeviceTrainer::step_device), for tools/bench_train_gpu.py. No op logic here.
 //
-//   train_bench_gpu MODEL.json [--batch 256,32] [--samples 60000] [--epochs 5] [--warmup 1]
-//                   [--optimizer adam|sgd] [--lr X] [--seed S] [--json OUT]
+//   train_bench_gpu MODEL.json [--backend custom|cudnn] [--batch 256,32] [--samples 60000] [--epochs 5]
+//                   [--warmup 1] [--optimizer adam|sgd] [--lr X] [--seed S] [--json OUT]
 //
 // The data set is `samples` random images (uint8, the model's raw input shape) and random labels,
 // made once and copied to the device before anything is timed: the arithmetic of a step does not
@@ -24,7 +24,7 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
-#include "engine/custom/train/gpu_trainer.hpp"
+#include "engine/custom/train/device_trainer.hpp"
 #include "engine/gpu/device.hpp"
 #include "engine/train/init.hpp"
 #include "formats/model_loader.hpp"
@@ -41,11 +41,11 @@ std::vector<int> parse_list(const std::string& s) {
 
 int run(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: train_bench_gpu MODEL.json [--batch 256,32] [--samples N] [--epochs E] "
-                         "[--warmup W] [--optimizer adam|sgd] [--lr X] [--seed S] [--json OUT]\n");
+    std::fprintf(stderr, "usage: train_bench_gpu MODEL.json [--backend custom|cudnn] [--batch 256,32] [--samples N] "
+                         "[--epochs E] [--warmup W] [--optimizer adam|sgd] [--lr X] [--seed S] [--json OUT]\n");
     return 2;
   }
-  std::string model_path = argv[1], json_path, optimizer = "adam";
+  std::string model_path = argv[1], json_path, optimizer = "adam", backend_name = "custom";
   std::vector<int> batches{256, 32};
   int samples = 60000, epochs = 5, warmup = 1;
   double lr = -1;
@@ -53,6 +53,7 @@ int run(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--batch") batches = parse_list(v);
+    else if (k == "--backend") backend_name = v;
     else if (k == "--samples") samples = std::stoi(v);
     else if (k == "--epochs") epochs = std::stoi(v);
     else if (k == "--warmup") warmup = std::stoi(v);
@@ -80,13 +81,20 @@ int run(int argc, char** argv) {
   CUDA_CHECK(cudaMemcpy(d_images.data(), images.data(), images.size(), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_labels.data(), labels.data(), labels.size(), cudaMemcpyHostToDevice));
 
+  if (backend_name != "custom" && backend_name != "cudnn")
+    throw std::invalid_argument("--backend takes custom or cudnn, not " + backend_name);
+  auto backend = engine::BackendRegistry::instance().create(backend_name);
   std::string results;
   for (int batch : batches) {
     engine::TrainOptions options;
     options.max_batch = batch;
     options.optimizer.kind = optimizer == "adam" ? engine::OptimizerKind::Adam : engine::OptimizerKind::SGD;
     options.optimizer.lr = lr > 0 ? lr : optimizer == "adam" ? 1e-3 : 0.01;
-    engine::custom::train::GpuTrainer trainer(graph, options);
+    // Both GPU backends' trainers are DeviceTrainers: step_device takes the batch in device memory.
+    auto compiled = backend->compile_training(graph, options);
+    auto* device_trainer = dynamic_cast<engine::custom::train::DeviceTrainer*>(compiled.get());
+    if (!device_trainer) throw std::logic_error(backend_name + "'s trainer takes no device input");
+    auto& trainer = *device_trainer;
     const int steps = samples / batch;
     std::vector<double> ms;
     double last_loss = 0;
@@ -103,14 +111,14 @@ int run(int argc, char** argv) {
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-    std::fprintf(stderr, "custom batch %d: %d steps/epoch, median %.2f ms/epoch (%.1f us/step), mean loss %.4f\n",
-                 batch, steps, median, 1000 * median / steps, last_loss);
+    std::fprintf(stderr, "%s batch %d: %d steps/epoch, median %.2f ms/epoch (%.1f us/step), mean loss %.4f\n",
+                 backend_name.c_str(), batch, steps, median, 1000 * median / steps, last_loss);
     std::string list;
     for (double v : ms) list += fmt::format("{}{:.4f}", list.empty() ? "" : ", ", v);
     results += fmt::format(
-        "{}\n    {{\"framework\": \"engine-custom\", \"mode\": \"graph-replay\", \"batch\": {}, \"steps\": {}, "
+        "{}\n    {{\"framework\": \"engine-{}\", \"mode\": \"graph-replay\", \"batch\": {}, \"steps\": {}, "
         "\"epoch_ms\": [{}], \"median_epoch_ms\": {:.4f}, \"us_per_step\": {:.3f}, \"final_epoch_mean_loss\": {:.6f}}}",
-        results.empty() ? "" : ",", batch, steps, list, median, 1000 * median / steps, last_loss);
+        results.empty() ? "" : ",", backend_name, batch, steps, list, median, 1000 * median / steps, last_loss);
   }
   const std::string device = engine::gpu::describe(engine::gpu::current_device());
   const std::string json = fmt::format(
