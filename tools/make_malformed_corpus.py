@@ -403,8 +403,11 @@ def graph_semantic_cases(c: Corpus, m: Model) -> None:
     dense_nodes = [i for i, n in enumerate(nodes) if n["op"] == "dense"]
 
     # top level
-    for k in ("format", "version", "name", "weights", "input", "nodes", "outputs"):
+    for k in ("format", "version", "name", "input", "nodes", "outputs"):
         case(f"required key '{k}' removed", delk([k]))
+    # Without 'weights' a graph is architecture-only (format v1, amended for engine train): engine
+    # info reads it, engine run must refuse it.
+    case("key 'weights' removed (architecture-only): engine run", delk(["weights"]), command="run")
     for v in ("cnn-engine-modell", "", "CNN-ENGINE-MODEL", 1):
         case(f"format {v!r}", setk(["format"], v))
     for v in (2, 0, -1, "1", 1.0, True, None, 2**64):
