@@ -51,6 +51,9 @@ struct TrainCommandOptions {
   std::string optimizer = "sgd";
   std::optional<double> lr;  // none: 0.01 for SGD, 0.001 for Adam
   double lr_decay = 0, momentum = 0, weight_decay = 0;
+  std::string lr_schedule = "inverse-time";  // or "cosine" (over the run's steps)
+  int warmup_epochs = 0;   // cosine only: linear warm-up over this many epochs' steps
+  std::string augment;     // engine/train/augment.hpp: "shift=2,flip"; empty: none
   uint64_t seed = 0;
   bool init = false;       // re-initialise a full model's parameters
   std::string init_scheme = "torch";  // or "keras" (glorot_uniform, zero biases)

@@ -105,6 +105,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train_cmd->add_option("--lr", train.lr, "Learning rate (default 0.01 for sgd, 0.001 for adam)")->check(CLI::PositiveNumber);
   train_cmd->add_option("--lr-decay", train.lr_decay, "lr_t = lr / (1 + D * step)")->check(CLI::NonNegativeNumber);
+  train_cmd->add_option("--lr-schedule", train.lr_schedule,
+                        "inverse-time (lr / (1 + D * step), the default) or cosine (lr * (1 + cos(pi * step / steps)) / 2 "
+                        "over the run's steps, as CosineAnnealingLR stepped per batch)")
+      ->check(CLI::IsMember({"inverse-time", "cosine"}));
+  train_cmd->add_option("--warmup-epochs", train.warmup_epochs,
+                        "With --lr-schedule cosine: raise lr linearly over this many epochs' steps first")
+      ->check(CLI::Range(0, 100000));
+  train_cmd->add_option("--augment", train.augment,
+                        "Random transforms of each training sample, from --seed: shift=N (translate by up to N pixels, "
+                        "zero fill), flip (left-right, p = 1/2); e.g. shift=2,flip");
   train_cmd->add_option("--momentum", train.momentum, "SGD momentum (dampening 0, no Nesterov)")->check(CLI::Range(0.0, 1.0));
   train_cmd->add_option("--weight-decay", train.weight_decay, "L2 added to the gradient (torch.optim)")
       ->check(CLI::NonNegativeNumber);
@@ -114,7 +124,7 @@ int main(int argc, char** argv) {
                         "torch (kaiming_uniform a=sqrt(5), PyTorch's default) or keras (glorot_uniform, zero biases)")
       ->check(CLI::IsMember({"torch", "keras"}))
       ->capture_default_str();
-  train_cmd->add_option("--backend", train.backend, "Backend that trains: reference, cpu or custom (GPU) (default cpu)");
+  train_cmd->add_option("--backend", train.backend, "Backend that trains: reference, cpu, custom or cudnn (GPU) (default cpu)");
   train_cmd->add_option("--threads", train.threads, "CPU backends: threads (default: all cores)")->check(CLI::Range(1, 4096));
   train_cmd->add_option("--early-stopping", train.early_stopping,
                         "Stop after PATIENCE epochs without a lower validation loss; keep the best epoch")

@@ -21,6 +21,7 @@
 #include "engine/cli/train_data.hpp"
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/train/augment.hpp"
 #include "engine/train/init.hpp"
 #include "engine/train/random.hpp"
 #include "formats/error.hpp"
@@ -102,6 +103,10 @@ OptimizerOptions optimizer_options(const TrainCommandOptions& o) {
   // PyTorch's SGD has no default learning rate; 0.01 is Keras' SGD default. Adam: 0.001 in both.
   opt.lr = o.lr.value_or(opt.kind == OptimizerKind::Adam ? 0.001 : 0.01);
   opt.lr_decay = o.lr_decay;
+  if (o.lr_schedule == "cosine") {
+    if (o.lr_decay != 0) throw std::invalid_argument("--lr-decay is the inverse-time schedule's; --lr-schedule cosine has none");
+    opt.schedule = LrSchedule::Cosine;  // cosine_steps: set once the data's size is known
+  }
   opt.momentum = o.momentum;
   opt.weight_decay = o.weight_decay;
   if (opt.kind == OptimizerKind::Adam && o.momentum != 0)
@@ -115,7 +120,7 @@ int train_command(const TrainCommandOptions& o) {
   // Everything that can be wrong is found before the first step: options, backend, model, data.
   if (o.early_stopping > 0 && o.val.empty())
     throw std::invalid_argument("--early-stopping watches the validation loss: give --val IMAGES");
-  const OptimizerOptions opt = optimizer_options(o);
+  OptimizerOptions opt = optimizer_options(o);  // the cosine schedule's length is set below
   const std::string base = output_base(o.output);
   auto backend = pick_training_backend(o.backend);
 
@@ -141,6 +146,27 @@ int train_command(const TrainCommandOptions& o) {
     train_set.bytes.resize(size_t(o.limit) * train_set.sample_bytes);
     train_set.labels.resize(size_t(o.limit));
   }
+  const int64_t steps_per_epoch = (train_set.count + std::min<int64_t>(o.batch, train_set.count) - 1) /
+                                  std::min<int64_t>(o.batch, train_set.count);
+  const int64_t total_steps = o.steps > 0 ? std::min<int64_t>(o.steps, steps_per_epoch * o.epochs) : steps_per_epoch * o.epochs;
+  if (o.warmup_epochs > 0 && opt.schedule != LrSchedule::Cosine)
+    throw std::invalid_argument("--warmup-epochs goes with --lr-schedule cosine");
+  if (opt.schedule == LrSchedule::Cosine) {
+    opt.cosine_steps = total_steps;
+    opt.warmup_steps = std::min<int64_t>(int64_t(o.warmup_epochs) * steps_per_epoch, total_steps);
+  }
+  const train::AugmentOptions augment = train::parse_augment(o.augment);
+  std::optional<train::Augmenter> augmenter;
+  if (augment.any()) {
+    const Shape& in = model.input.raw_shape;
+    if (in.size() != 3)
+      throw std::invalid_argument(fmt::format("--augment {}: the model's input must be an image [channels, height, width]; "
+                                              "'{}' takes {}", o.augment, model.name, formats::shape_to_string(in)));
+    if (augment.shift >= in[1] || augment.shift >= in[2])
+      throw std::invalid_argument(fmt::format("--augment {}: a shift of {} pixels moves a {}x{} image out of its frame",
+                                              o.augment, augment.shift, in[1], in[2]));
+    augmenter.emplace(augment, in[0], in[1], in[2], train_set.sample_bytes / size_t(in[0] * in[1] * in[2]), o.seed);
+  }
   std::optional<LabelledSet> val_set;
   if (!o.val.empty()) val_set = load_labelled_set(model, classes, o.val, o.val_labels, "validation set");
   spdlog::info("training set: {} samples from {} (labels {}){}", train_set.count, train_set.source, train_set.labels_path,
@@ -152,10 +178,14 @@ int train_command(const TrainCommandOptions& o) {
   topts.optimizer = opt;
   auto trainer = backend->compile_training(graph, topts);
   spdlog::debug("plan: {}", trainer->plan_summary());
-  spdlog::info("{} parameters; {} epochs of {} steps (batch {}), {} lr {}{}{}{}", trainer->parameter_count(), o.epochs,
-               (train_set.count + topts.max_batch - 1) / topts.max_batch, topts.max_batch,
-               opt.kind == OptimizerKind::Adam ? "Adam" : "SGD", opt.lr,
+  spdlog::info("{} parameters; {} epochs of {} steps (batch {}), {} lr {}{}{}{}{}{}", trainer->parameter_count(), o.epochs,
+               steps_per_epoch, topts.max_batch, opt.kind == OptimizerKind::Adam ? "Adam" : "SGD", opt.lr,
                opt.lr_decay != 0 ? fmt::format(" decay {}", opt.lr_decay) : "",
+               opt.schedule == LrSchedule::Cosine
+                   ? fmt::format(" cosine over {} steps{}", opt.cosine_steps,
+                                 opt.warmup_steps > 0 ? fmt::format(" after {} of warm-up", opt.warmup_steps) : "")
+                   : "",
+               augment.any() ? fmt::format(", augmented ({})", augment.describe()) : "",
                opt.momentum != 0 ? fmt::format(" momentum {}", opt.momentum) : "",
                opt.weight_decay != 0 ? fmt::format(" weight decay {}", opt.weight_decay) : "");
 
@@ -169,6 +199,8 @@ int train_command(const TrainCommandOptions& o) {
                {"validation", val_set ? nlohmann::ordered_json(val_set->source) : nlohmann::ordered_json()},
                {"backend", backend->name()}, {"optimizer", o.optimizer},
                {"lr", opt.lr},              {"lr_decay", opt.lr_decay},
+               {"lr_schedule", o.lr_schedule}, {"warmup_steps", opt.warmup_steps},
+               {"augment", augment.describe()},
                {"momentum", opt.momentum},  {"weight_decay", opt.weight_decay},
                {"batch", topts.max_batch},  {"epochs", o.epochs},
                {"seed", o.seed},            {"shuffle", !o.no_shuffle},
@@ -203,6 +235,7 @@ int train_command(const TrainCommandOptions& o) {
         std::copy_n(train_set.bytes.data() + size_t(s) * train_set.sample_bytes, train_set.sample_bytes,
                     batch_bytes.data() + size_t(i) * train_set.sample_bytes);
         batch_labels[size_t(i)] = train_set.labels[size_t(s)];
+        if (augmenter) augmenter->apply(batch_bytes.data() + size_t(i) * train_set.sample_bytes);
       }
       const double lr = scheduled_lr(opt, trainer->steps_taken());
       const BatchResult r = trainer->step(batch_bytes.data(), batch_labels.data(), n);
@@ -261,9 +294,12 @@ int train_command(const TrainCommandOptions& o) {
   formats::Model trained = with_parameters(model, *trainer, scratch);
   nlohmann::ordered_json out_json = source_json;
   const std::string how = fmt::format(
-      "trained by engine train on {} ({} samples), backend {}, {} lr {}{}, batch {}, epoch {} of {}, seed {}",
-      train_set.source, train_set.count, backend->name(), o.optimizer, opt.lr,
-      opt.lr_decay != 0 ? fmt::format(" decay {}", opt.lr_decay) : "", batch, curve.best_epoch, curve.epochs.size(), o.seed);
+      "trained by engine train on {} ({} samples{}), backend {}, {} lr {}{}, batch {}, epoch {} of {}, seed {}",
+      train_set.source, train_set.count, augment.any() ? ", augmented " + augment.describe() : "", backend->name(),
+      o.optimizer, opt.lr,
+      opt.lr_decay != 0 ? fmt::format(" decay {}", opt.lr_decay)
+                        : (opt.schedule == LrSchedule::Cosine ? std::string(" cosine") : std::string()),
+      batch, curve.best_epoch, curve.epochs.size(), o.seed);
   out_json["description"] = out_json.contains("description") ? out_json["description"].get<std::string>() + "; " + how : how;
   formats::write_model(o.output, out_json, trained);
   spdlog::info("wrote {} (epoch {})", o.output, curve.best_epoch);

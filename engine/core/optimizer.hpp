@@ -4,8 +4,13 @@
 // operations (docs/training.md lists them). Each follows PyTorch 1.13's definition, defaults and
 // update order (torch.optim.SGD and torch.optim.Adam, the single-tensor "for-loop" path).
 //
-// Learning rate of step t (t = steps taken before this one, 0 for the first), seed 003's decay
-// (Keras' legacy `decay`): lr_t = lr / (1 + lr_decay * t). lr_decay = 0 keeps lr constant.
+// Learning rate of step t (t = steps taken before this one, 0 for the first):
+//   inverse time (default), seed 003's decay (Keras' legacy `decay`): lr_t = lr / (1 + lr_decay * t);
+//     lr_decay = 0 keeps lr constant.
+//   cosine over T steps (torch.optim.lr_scheduler.CosineAnnealingLR stepped per batch, eta_min 0,
+//     T_max = T): lr_t = lr * (1 + cos(pi * t / T)) / 2, and 0 from t = T on. With a linear warm-up
+//     of W steps first (LambdaLR with the factor below, as tools/train_seed_models.py trains):
+//     lr_t = lr * (t + 1) / W for t < W, then the cosine over the remaining T - W steps at t - W.
 //
 // SGD (torch.optim.SGD, dampening 0, nesterov off):
 //   g = grad + weight_decay * p
@@ -25,17 +30,30 @@
 namespace engine {
 
 enum class OptimizerKind { SGD, Adam };
+enum class LrSchedule { InverseTime, Cosine };
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::SGD;
   double lr = 0.01;
   double lr_decay = 0.0;     // lr_t = lr / (1 + lr_decay * t)
+  LrSchedule schedule = LrSchedule::InverseTime;
+  int64_t cosine_steps = 0;  // T of the cosine schedule (the run's total steps)
+  int64_t warmup_steps = 0;  // W: linear warm-up before the cosine (0 = none)
   double momentum = 0.0;     // SGD only
   double weight_decay = 0.0; // both: L2 added to the gradient
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam: PyTorch's defaults
 };
 
-inline double scheduled_lr(const OptimizerOptions& o, int64_t t) { return o.lr / (1.0 + o.lr_decay * double(t)); }
+inline double scheduled_lr(const OptimizerOptions& o, int64_t t) {
+  if (o.schedule == LrSchedule::Cosine) {
+    const int64_t w = o.warmup_steps;
+    if (t < w) return o.lr * double(t + 1) / double(w);
+    const int64_t span = o.cosine_steps - w;
+    if (t - w >= span) return 0.0;
+    return o.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * double(t - w) / double(span)));
+  }
+  return o.lr / (1.0 + o.lr_decay * double(t));
+}
 
 // One update of n parameters. `state1` is SGD's momentum buffer or Adam's m, `state2` Adam's v
 // (both zero-initialised, n each); t = steps taken before this one. T is the backend's parameter

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pathlib
 
@@ -82,6 +83,32 @@ def test_same_seed_same_bits_any_thread_count(tmp_path, digits):
         outs.append(sha(out.with_suffix(".safetensors")))
     assert outs[0] == outs[1], "thread count changed the trained weights"
     assert outs[0] != outs[2], "the seed changed nothing"
+
+
+def test_augmentation_and_cosine_schedule(tmp_path, digits):
+    """--augment draws from the seed (same seed, same bits), changes what is learnt, and the curve's
+    learning rates follow the warm-up + cosine formula of docs/training.md."""
+    img, val = digits
+    recipe = ("--optimizer", "adam", "--lr", "0.002", "--lr-schedule", "cosine", "--warmup-epochs", 1, "--epochs", 3,
+              "--val", val, "--no-checkpoints")
+    outs = {}
+    for name, extra in [("a", ("--augment", "shift=2,flip")), ("b", ("--augment", "shift=2,flip")), ("plain", ())]:
+        out = tmp_path / f"{name}.json"
+        train(MLP, img, out, *recipe, *extra)
+        outs[name] = sha(out.with_suffix(".safetensors"))
+    assert outs["a"] == outs["b"], "augmentation is not reproducible from the seed"
+    assert outs["a"] != outs["plain"], "--augment changed nothing"
+    curve = json.loads((tmp_path / "a.curve.json").read_text())
+    assert curve["run"]["augment"] == "shift=2,flip" and curve["run"]["lr_schedule"] == "cosine"
+    lrs = curve["steps"]["lr"]
+    w, total = 19, 3 * 19  # 600 samples, batch 32: 19 steps per epoch
+    assert len(lrs) == total
+    for t, lr in enumerate(lrs):
+        want = 0.002 * (t + 1) / w if t < w else 0.002 * 0.5 * (1 + math.cos(math.pi * (t - w) / (total - w)))
+        assert lr == pytest.approx(want, rel=1e-12, abs=1e-18), t
+    # (No accuracy check on the augmented runs: these digits' class is a band's row, which a vertical
+    # shift moves onto its neighbour's.) The schedule itself trains:
+    assert json.loads((tmp_path / "plain.curve.json").read_text())["epochs"][-1]["val_accuracy"] > 0.9
 
 
 def test_reference_and_cpu_train_alike(tmp_path, digits):
@@ -200,6 +227,10 @@ def test_a_batch_larger_than_memory_is_a_clear_error(tmp_path):
     (["--backend", "nosuch"], "unknown backend 'nosuch'"),
     (["--early-stopping", "2"], "--early-stopping watches the validation loss"),
     (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to --optimizer sgd only"),
+    (["--augment", "rotate"], "--augment rotate: unknown transform 'rotate'"),
+    (["--augment", "shift=40"], "a shift of 40 pixels moves a 28x28 image out of its frame"),
+    (["--warmup-epochs", "1"], "--warmup-epochs goes with --lr-schedule cosine"),
+    (["--lr-schedule", "cosine", "--lr-decay", "1e-4"], "--lr-decay is the inverse-time schedule's"),
 ])
 
 def test_bad_options_are_refused(tmp_path, digits, args, message):
