@@ -2,8 +2,10 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi|train]...   (default: build test sanitize run)
-# train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz.
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi|train|train-accuracy]...
+#   (default: build test sanitize run)
+# train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz;
+# train-accuracy also Fashion-MNIST's, in data/fashion/ (from Debian's dataset-fashion-mnist).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check}; mkdir -p "$OUT"
@@ -248,6 +250,56 @@ PY
         >"$OUT/train-bench.log" 2>&1 || status=1
       tail -20 "$OUT/train-bench.log"
     fi
+    ;;
+  train-accuracy)
+    # Issue 13's accuracy targets on the GPU backends (docs/training.md, "Results"): each recipe on
+    # custom and cudnn, test accuracy after the last epoch. ACC_BACKENDS (default "custom cudnn"),
+    # ACC_RUNS (default all: mlp-exact mlp-momentum cnn lenet-mnist lenet-fashion). Files in $OUT:
+    # train-accuracy.log and train-accuracy.tar.gz (every curve JSON/CSV).
+    {
+      tmp=$(mktemp -d)
+      M=$DATA F=$PWD/data/fashion
+      acc_run() {  # name backend args...
+        local name=$1 be=$2; shift 2
+        local t0=$SECONDS
+        timeout 300 $B/engine -q train "$@" --backend $be --no-plot --no-checkpoints -o "$tmp/$name-$be.json" \
+          >"$tmp/$name-$be.log" 2>&1 || { status=1; tail -3 "$tmp/$name-$be.log"; }
+        echo "$name $be: $((SECONDS - t0)) s"
+      }
+      for be in ${ACC_BACKENDS:-custom cudnn}; do
+        for r in ${ACC_RUNS:-mlp-exact mlp-momentum cnn lenet-mnist lenet-fashion}; do
+          case $r in
+          mlp-exact) acc_run $r $be models/architectures/seed003-mlp.json --data $M/train-images-idx3-ubyte.gz \
+              --val $M/t10k-images-idx3-ubyte.gz --optimizer sgd --lr 0.02 --lr-decay 5e-5 --batch 256 --epochs 7 --steps 1600 ;;
+          mlp-momentum) acc_run $r $be models/architectures/seed003-mlp-norm.json --data $M/train-images-idx3-ubyte.gz \
+              --val $M/t10k-images-idx3-ubyte.gz --optimizer sgd --lr 0.02 --lr-decay 5e-5 --batch 256 --epochs 7 --steps 1600 \
+              --momentum 0.9 ;;
+          cnn) for seed in 0 1 2 3 4; do
+              acc_run $r-seed$seed $be models/architectures/seed002-cnn.json --data $M/train-images-idx3-ubyte.gz --limit 50000 \
+                --val $M/t10k-images-idx3-ubyte.gz --optimizer adam --batch 32 --init-scheme keras --seed $seed
+            done ;;
+          lenet-mnist) acc_run $r $be models/architectures/lenet5.json --data $M/train-images-idx3-ubyte.gz \
+              --val $M/t10k-images-idx3-ubyte.gz --optimizer adam --lr 0.002 --lr-schedule cosine --warmup-epochs 1 \
+              --augment shift=2 --batch 128 --epochs 20 ;;
+          lenet-fashion) acc_run $r $be models/architectures/lenet5.json --data $F/train-images-idx3-ubyte.gz \
+              --labels $F/train-labels-idx1-ubyte.gz --val $F/t10k-images-idx3-ubyte.gz --val-labels $F/t10k-labels-idx1-ubyte.gz \
+              --optimizer adam --lr 0.002 --lr-schedule cosine --warmup-epochs 1 --augment shift=1,flip --batch 128 --epochs 20 ;;
+          esac
+        done
+      done
+      py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+      "$py" - "$tmp" <<'PY'
+import glob, json, os, sys
+for path in sorted(glob.glob(f"{sys.argv[1]}/*.curve.json")):
+    c = json.load(open(path))
+    e = c["epochs"][-1]
+    secs = sum(x["seconds"] for x in c["epochs"])
+    print(f"{os.path.basename(path)[:-11]:28s} epochs {len(c['epochs']):3d}  train {100 * e['accuracy']:6.2f}%  "
+          f"test {100 * e['val_accuracy']:6.2f}%  loss {e['loss']:.4f}  {secs:6.1f} s training")
+PY
+      tar -czf "$OUT/train-accuracy.tar.gz" -C "$tmp" $(cd "$tmp" && ls *.curve.* *.log)
+      rm -rf "$tmp"
+    } 2>&1 | tee "$OUT/train-accuracy.log"
     ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac

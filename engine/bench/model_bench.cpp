@@ -414,6 +414,7 @@ void ModelBench::bench_split(Backend& backend, const std::string& name, int n) {
   settings.transfers = !o_.no_data_transfers;
   CompileOptions copts;
   copts.fuse = !o_.no_fuse;
+  copts.deterministic = !o_.nondeterministic;
   copts.threads = o_.threads;
   try {
     multi_.push_back(bench_multi_device(backend, *graph_, copts, devices_, n, settings));
@@ -446,6 +447,7 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
       CompileOptions copts;
       copts.max_batch = n;
       copts.fuse = !o_.no_fuse;
+      copts.deterministic = !o_.nondeterministic;
       copts.threads = o_.threads;
       if (!devices_.empty()) copts.device = devices_.front();
       exe = backend.compile(*graph_, copts);
@@ -597,6 +599,7 @@ void ModelBench::profile(Backend& backend, const std::string& name, int n) {
   CompileOptions copts;
   copts.max_batch = n;
   copts.fuse = !o_.no_fuse;
+  copts.deterministic = !o_.nondeterministic;
   copts.threads = o_.threads;
   std::vector<double> cumulative(model.nodes.size(), 0.0);
   double previous = 0;

@@ -59,6 +59,8 @@ CLI::App* add_bench_command(CLI::App& app) {
   cmd->add_flag("--cuda-graph", o.cuda_graph, "Also measure GPU backends replaying the forward pass as a CUDA graph");
   cmd->add_flag("--no-data-transfers", o.no_data_transfers, "Measure the compute-only scope only (no end-to-end)");
   cmd->add_flag("--no-fuse", o.no_fuse, "Run every node with its own kernel (the custom backend otherwise fuses chains)");
+  cmd->add_flag("--nondeterministic", o.nondeterministic,
+                "As engine run --nondeterministic: backends may pick algorithms by measurement, of any determinism");
   cmd->add_flag("--profile", o.profile, "Per-layer table (time, share, GFLOP/s, GB/s) from a separate run");
   cmd->add_option("--profile-batch", o.profile_batch,
                   "Batch of the --profile run (default: the largest whose median latency was <= 50 ms)")

@@ -46,6 +46,7 @@ struct TrainCommandOptions {
   std::string labels;      // empty: the MNIST-named file beside the images
   std::string val;         // validation images (optional)
   std::string val_labels;  // empty: beside the validation images
+  int64_t val_split = 0;   // hold out the last N training samples as the validation set (0: off)
   int epochs = 1;
   int batch = 32;
   std::string optimizer = "sgd";

@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--labels", train.labels, "Training labels (default: the MNIST-named file beside --data)");
   train_cmd->add_option("--val", train.val, "Validation images, evaluated after every epoch");
   train_cmd->add_option("--val-labels", train.val_labels, "Validation labels (default: beside --val)");
+  train_cmd->add_option("--val-split", train.val_split,
+                        "Hold out the last N samples of --data (after --limit) as the validation set, instead of --val")
+      ->check(CLI::PositiveNumber);
   train_cmd->add_option("--epochs", train.epochs, "Passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
   train_cmd->add_option("--batch", train.batch, "Samples per step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   train_cmd->add_option("--optimizer", train.optimizer, "sgd or adam (torch.optim definitions)")

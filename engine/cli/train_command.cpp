@@ -118,8 +118,9 @@ OptimizerOptions optimizer_options(const TrainCommandOptions& o) {
 
 int train_command(const TrainCommandOptions& o) {
   // Everything that can be wrong is found before the first step: options, backend, model, data.
-  if (o.early_stopping > 0 && o.val.empty())
-    throw std::invalid_argument("--early-stopping watches the validation loss: give --val IMAGES");
+  if (o.val_split > 0 && !o.val.empty()) throw std::invalid_argument("--val-split and --val both name a validation set: give one");
+  if (o.early_stopping > 0 && o.val.empty() && o.val_split == 0)
+    throw std::invalid_argument("--early-stopping watches the validation loss: give --val IMAGES or --val-split N");
   OptimizerOptions opt = optimizer_options(o);  // the cosine schedule's length is set below
   const std::string base = output_base(o.output);
   auto backend = pick_training_backend(o.backend);
@@ -146,6 +147,25 @@ int train_command(const TrainCommandOptions& o) {
     train_set.bytes.resize(size_t(o.limit) * train_set.sample_bytes);
     train_set.labels.resize(size_t(o.limit));
   }
+  std::optional<LabelledSet> val_set;
+  if (o.val_split > 0) {
+    // Keras' validation_split: the last samples, before any shuffling, never trained on.
+    if (o.val_split >= train_set.count)
+      throw std::invalid_argument(fmt::format("--val-split {}: the training set has only {} samples", o.val_split,
+                                              train_set.count));
+    LabelledSet v;
+    v.source = fmt::format("the last {} samples of {}", o.val_split, train_set.source);
+    v.labels_path = train_set.labels_path;
+    v.count = o.val_split;
+    v.sample_bytes = train_set.sample_bytes;
+    const int64_t keep = train_set.count - o.val_split;
+    v.bytes.assign(train_set.bytes.begin() + ptrdiff_t(size_t(keep) * train_set.sample_bytes), train_set.bytes.end());
+    v.labels.assign(train_set.labels.begin() + ptrdiff_t(keep), train_set.labels.end());
+    train_set.count = keep;
+    train_set.bytes.resize(size_t(keep) * train_set.sample_bytes);
+    train_set.labels.resize(size_t(keep));
+    val_set = std::move(v);
+  }
   const int64_t steps_per_epoch = (train_set.count + std::min<int64_t>(o.batch, train_set.count) - 1) /
                                   std::min<int64_t>(o.batch, train_set.count);
   const int64_t total_steps = o.steps > 0 ? std::min<int64_t>(o.steps, steps_per_epoch * o.epochs) : steps_per_epoch * o.epochs;
@@ -167,7 +187,6 @@ int train_command(const TrainCommandOptions& o) {
                                               o.augment, augment.shift, in[1], in[2]));
     augmenter.emplace(augment, in[0], in[1], in[2], train_set.sample_bytes / size_t(in[0] * in[1] * in[2]), o.seed);
   }
-  std::optional<LabelledSet> val_set;
   if (!o.val.empty()) val_set = load_labelled_set(model, classes, o.val, o.val_labels, "validation set");
   spdlog::info("training set: {} samples from {} (labels {}){}", train_set.count, train_set.source, train_set.labels_path,
                val_set ? fmt::format("; validation set: {} samples from {}", val_set->count, val_set->source) : "");

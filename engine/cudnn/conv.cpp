@@ -242,6 +242,16 @@ class ConvStep final : public Step {
     return {};
   }
 
+  // Every measured candidate, for the plan's log line: what the choice was made against.
+  static std::string measured_list(const std::vector<cudnnConvolutionFwdAlgoPerf_t>& perfs) {
+    std::string s;
+    for (const auto& p : perfs)
+      s += fmt::format("{}{} {} {} {}", s.empty() ? "" : "; ", algo_name(p.algo),
+                       p.status == CUDNN_STATUS_SUCCESS ? fmt::format("{:.4f} ms", p.time) : cudnnGetErrorString(p.status),
+                       p.determinism == CUDNN_DETERMINISTIC ? "det" : "nondet", math_name(p.mathType));
+    return s;
+  }
+
   void choose_algorithm(const BuildContext& ctx, bool fp32) {
     cudnn_ = ctx.cudnn;
     filter_h_ = 0;
@@ -295,8 +305,8 @@ class ConvStep final : public Step {
     for (size_t i = 0; i < perfs.size(); ++i) {
       const std::string why = try_candidate(ctx, perfs[i], fp32);
       if (why.empty()) {
-        choice_.how = measured ? fmt::format("measured {:.4f} ms at batch {}, rank {} of {}", perfs[i].time,
-                                             max_batch_, i + 1, perfs.size())
+        choice_.how = measured ? fmt::format("measured {:.4f} ms at batch {}, rank {} of {} [{}]", perfs[i].time,
+                                             max_batch_, i + 1, perfs.size(), measured_list(perfs))
                                : fmt::format("heuristic rank {} of {}", i + 1, perfs.size());
         std::lock_guard<std::mutex> lock(g_cache_mutex);
         algo_cache()[key] = choice_;

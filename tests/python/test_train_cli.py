@@ -111,6 +111,23 @@ def test_augmentation_and_cosine_schedule(tmp_path, digits):
     assert json.loads((tmp_path / "plain.curve.json").read_text())["epochs"][-1]["val_accuracy"] > 0.9
 
 
+def test_val_split_holds_out_the_last_samples(tmp_path, digits):
+    img, _ = digits
+    out = tmp_path / "vs.json"
+    proc = train(MLP, img, out, "--val-split", 100, "--epochs", 2, "--optimizer", "adam", "--no-checkpoints")
+    curve = json.loads((tmp_path / "vs.curve.json").read_text())
+    assert "the last 100 samples of" in curve["run"]["validation"]
+    assert len(curve["steps"]["loss"]) == 2 * 16  # 500 training samples, batch 32
+    assert curve["epochs"][-1]["val_accuracy"] > 0.9, proc.stderr
+    # The held-out samples are the validation set: engine run on them gives the same accuracy.
+    images = np.frombuffer(img.read_bytes(), np.uint8)[16:].reshape(600, 28, 28)
+    labels = np.frombuffer((img.parent / "train-labels-idx1-ubyte").read_bytes(), np.uint8)[8:]
+    held = write_idx_images(tmp_path / "held-images-idx3-ubyte", images[500:])
+    write_idx_labels(tmp_path / "held-labels-idx1-ubyte", labels[500:])
+    result = json.loads(run_engine("run", out, held, "--json").stdout)
+    assert result["accuracy"] == pytest.approx(curve["epochs"][-1]["val_accuracy"], abs=1e-9)
+
+
 def test_reference_and_cpu_train_alike(tmp_path, digits):
     img, val = digits
     acc = {}
@@ -228,6 +245,8 @@ def test_a_batch_larger_than_memory_is_a_clear_error(tmp_path):
     (["--early-stopping", "2"], "--early-stopping watches the validation loss"),
     (["--optimizer", "adam", "--momentum", "0.9"], "--momentum applies to --optimizer sgd only"),
     (["--augment", "rotate"], "--augment rotate: unknown transform 'rotate'"),
+    (["--val-split", "100", "--val", "x.idx"], "--val-split and --val both name a validation set"),
+    (["--val-split", "600"], "--val-split 600: the training set has only 600 samples"),
     (["--augment", "shift=40"], "a shift of 40 pixels moves a 28x28 image out of its frame"),
     (["--warmup-epochs", "1"], "--warmup-epochs goes with --lr-schedule cosine"),
     (["--lr-schedule", "cosine", "--lr-decay", "1e-4"], "--lr-decay is the inverse-time schedule's"),
