@@ -154,6 +154,27 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
     float* y = value_ptr(planned.output);
     switch (node.op) {
       case OpType::Conv2D: {
+        if (const auto refusal = space_to_depth_refusal(node, in0.shape); !refusal) {
+          // A following activation that is the conv's only reader runs in the depth-to-space pass:
+          // the conv writes its own scratch, never this block, so the activation's block may be any.
+          std::optional<OpType> act;
+          std::string act_name;
+          if (i + 1 < nodes.size()) {
+            const PlannedNode& next = nodes[i + 1];
+            const Value& conv_out = graph_.value(planned.output);
+            const OpType op = next.node->op;
+            if ((op == OpType::Relu || op == OpType::Tanh || op == OpType::Sigmoid) &&
+                next.inputs.at(0) == planned.output && !conv_out.is_output &&
+                conv_out.consumers == std::vector<int>{int(i + 1)}) {
+              act = op;
+              act_name = next.node->name;
+              y = value_ptr(next.output);
+              done[i + 1] = true;
+            }
+          }
+          steps_.push_back(make_space_to_depth_conv_step(ctx, node, in0.shape, x, y, act, act_name));
+          break;
+        }
         ConvFusion fusion;
         std::string fused_name;
         if (float* destination = fused_relu_destination(i)) {

@@ -4,6 +4,7 @@
 // unwritten (NaN) element. Every test needs the backend (a GPU): without one it is reported skipped.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "engine/core/graph.hpp"
@@ -90,6 +91,72 @@ TEST(CudnnConv2d, FusedActivationMatchesCpu) {
                    .outputs({"d"})
                    .build();
   expect_reduction_matches_cpu_all_batches(chain, 15);
+}
+
+// conv2d with few output channels runs as a space-to-depth convolution (conv_s2d.cpp): shapes that
+// take that path (odd channel counts, even padding, 1x1 to 7x7 kernels, with and without bias), each
+// followed by nothing, or by relu / tanh / sigmoid computed in the depth-to-space pass, or by an
+// activation that cannot be fused (the conv's value is also an output); the plan says which ran, and
+// ENGINE_CUDNN_S2D=0 (the direct convolution) matches the reference too.
+TEST(CudnnConv2d, SpaceToDepthMatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("cudnn");
+  struct Case {
+    formats::Shape input;
+    int out_channels;
+    formats::Window2D win;
+    bool bias = true;
+  };
+  const std::vector<Case> cases = {
+      {{3, 12, 10}, 5, window(3, 3, 1, 1, 2, 2, 2, 2)},          // padding 2 -> 1 in the folded grid
+      {{1, 8, 8}, 1, window(7, 7, 1, 1)},                        // one output channel, 7x7
+      {{7, 6, 14}, 16, window(5, 5, 1, 1, 2, 2, 4, 4), false},   // 16 channels (the limit), no bias
+      {{2, 4, 4}, 3, window(1, 1, 1, 1)},                        // 1x1: a block-diagonal 1x1 conv
+      {{5, 10, 6}, 9, window(3, 5, 1, 1, 0, 0, 2, 2)},           // rectangular kernel
+  };
+  uint32_t seed = 300;
+  for (const char* env : {"", "0"}) {
+    if (*env) setenv("ENGINE_CUDNN_S2D", env, 1);
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string("ENGINE_CUDNN_S2D=") + env + " conv2d input " + formats::shape_to_string(c.input) +
+                   " -> " + std::to_string(c.out_channels));
+      auto model = single_op_model(OpType::Conv2D, c.input, conv_attrs(c.out_channels, c.win), seed, c.bias);
+      const std::string plan = engine::BackendRegistry::instance()
+                                   .create("cudnn")
+                                   ->compile(engine::plan_graph(model), engine::CompileOptions{})
+                                   ->plan_summary();
+      EXPECT_EQ(plan.find("space-to-depth 2x2") != std::string::npos, *env == 0) << plan;
+      expect_reduction_matches_cpu_all_batches(model, seed);
+      for (OpType act : {OpType::Relu, OpType::Tanh, OpType::Sigmoid}) {
+        auto fused = ModelBuilder("conv_act", c.input)
+                         .conv2d("c", "x", int(c.input[0]), c.out_channels, c.win, seed + 1, c.bias)
+                         .unary("a", act, "c")
+                         .outputs({"a"})
+                         .build();
+        expect_reduction_matches_cpu_all_batches(fused, seed + 2);
+      }
+      auto both = ModelBuilder("conv_act_both", c.input)
+                      .conv2d("c", "x", int(c.input[0]), c.out_channels, c.win, seed + 3, c.bias)
+                      .unary("a", OpType::Tanh, "c")
+                      .outputs({"a", "c"})
+                      .build();
+      expect_reduction_matches_cpu_all_batches(both, seed + 4);
+      seed += 10;
+    }
+  }
+  unsetenv("ENGINE_CUDNN_S2D");
+}
+
+// The space-to-depth path past 65,535 samples (its rearrangements run on chunks of the batch).
+TEST(CudnnHugeBatch, SpaceToDepthConvPast65535Samples) {
+  ENGINE_SKIP_UNLESS_BACKEND("cudnn");
+  auto model = ModelBuilder("s2d_huge", {3, 6, 6})
+                   .conv2d("c", "x", 3, 4, window(3, 3, 1, 1), 4200)
+                   .unary("a", OpType::Tanh, "c")
+                   .outputs({"a"})
+                   .build();
+  uint32_t seed = 4210;
+  for (const auto& bc : gpu_test::huge_batch_cases())
+    cudnn_test::expect_matches_cpu(model, bc, seed++, -1.0f, 1.0f, {}, cudnn_test::kFp32ReductionTolerance);
 }
 
 TEST(CudnnPool, MatchesCpu) {
