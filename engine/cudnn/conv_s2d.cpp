@@ -8,13 +8,13 @@
 // zero taps of the rearranged kernel; x * 0 adds exactly 0). Measured before writing this (PyTorch's
 // cuDNN, H200, 65,536 images): c1 6.8 ms -> 2.8 ms, c3 2.45 -> 1.25 ms.
 //
-//   input    xs[n, 4c + 2r + s, a, b] = x[n, c, 2a + r, 2b + s]                   (cudnnTransformTensor)
+//   input    xs[n, 4c + 2r + s, a, b] = x[n, c, 2a + r, 2b + s]                   (a strided copy: CopyKind)
 //   weights  W2[4o + 2p + q, 4c + 2r + s, u, v] = w[o, c, 2u + r - p, 2v + s - q]  (0 outside the kernel)
 //   bias     b2[4o + 2p + q] = b[o]
 //   conv     ys = conv(xs, W2) + b2, padding pad/2      (an ordinary ConvStep: algorithm choice, fusion)
 //   output   y[n, o, 2a + p, 2b + q] = act(ys[n, 4o + 2p + q, a, b])
 //            (cudnnActivationForward with strided 5-D descriptors when an activation follows,
-//             cudnnTransformTensor otherwise: either way one pass, as the unfused activation's)
+//             the strided copy otherwise: either way one pass, as the unfused activation's)
 // (n, c) are one dimension in both layouts, so every rearrangement is a 5-D strided copy.
 //
 // Where: stride 1, odd kernel sizes, symmetric even padding, even input height and width (so every
@@ -33,6 +33,17 @@ namespace engine::cudnn {
 namespace {
 
 constexpr int kMaxOutChannels = 16;
+
+// How a rearrangement (a strided copy) is asked of cuDNN. The obvious call, cudnnTransformTensor,
+// is slow on these strided views: LeNet-5 at 65,536 took 14.3 ms with it (11.5 ms without
+// space-to-depth), 15.2 ms with four 4-D transforms per copy; cudnnAddTensor (y = 1 x + 0 y, y not
+// read) and cudnnOpTensor max(x, x) do the same copy at memory speed: 6.55 ms (H200, CUDA graph;
+// docs/perf-fused-gpu.md, "cudnn"). ENGINE_CUDNN_S2D_COPY=transform keeps the first for A/B.
+enum class CopyKind { Add, Transform };
+CopyKind copy_kind() {
+  const char* env = std::getenv("ENGINE_CUDNN_S2D_COPY");
+  return env && std::strcmp(env, "transform") == 0 ? CopyKind::Transform : CopyKind::Add;
+}
 
 // A 5-D float tensor descriptor from dims and strides.
 void set_5d(cudnnTensorDescriptor_t desc, const int (&dims)[5], const int (&strides)[5], const std::string& label) {
@@ -115,9 +126,7 @@ class SpaceToDepthConvStep final : public Step {
     const float one = 1.0f, zero = 0.0f;
     const size_t in_sample = size_t(c_) * h_ * w_, out_sample = size_t(k_) * oh_ * ow_;
     chunks_.for_each([&](size_t first, bool tail) {
-      CUDNN_CHECK_CTX(cudnnTransformTensor(ctx.cudnn, &one, tail ? in_tail_ : in_full_, x_ + first * in_sample, &zero,
-                                           tail ? xs_tail_ : xs_full_, xs_.data() + first * in_sample),
-                      label_ + ": space-to-depth of the input");
+      copy(ctx, tail, true, x_ + first * in_sample, xs_.data() + first * in_sample);
     });
     conv_->enqueue(ctx);
     chunks_.for_each([&](size_t first, bool tail) {
@@ -128,22 +137,33 @@ class SpaceToDepthConvStep final : public Step {
                                                tail ? out_tail_ : out_full_, to),
                         label_ + ": depth-to-space with '" + activation_name_ + "'");
       else
-        CUDNN_CHECK_CTX(cudnnTransformTensor(ctx.cudnn, &one, tail ? ys_tail_ : ys_full_, from, &zero,
-                                             tail ? out_tail_ : out_full_, to),
-                        label_ + ": depth-to-space of the output");
+        copy(ctx, tail, false, from, to);
     });
   }
 
   size_t workspace_bytes() const override { return conv_->workspace_bytes(); }
 
   std::string summary() const override {
-    return fmt::format("{}: space-to-depth 2x2 ([{}, {}, {}] -> [{}, {}, {}], {}x{} kernel, {} output channels){}; {}",
-                       label_, c_, h_, w_, 4 * c_, h_ / 2, w_ / 2, kh_, kw_, 4 * k_,
+    return fmt::format("{}: space-to-depth 2x2 ([{}, {}, {}] -> [{}, {}, {}], {}x{} kernel, {} output channels; "
+                       "copies by {}){}; {}",
+                       label_, c_, h_, w_, 4 * c_, h_ / 2, w_ / 2, kh_, kw_, 4 * k_, copy_ == CopyKind::Add ? "cudnnAddTensor" : "cudnnTransformTensor",
                        activation_ ? fmt::format(", '{}' fused into the depth-to-space", activation_name_) : "",
                        conv_->summary());
   }
 
  private:
+  // The input's space-to-depth (input = true) or the output's depth-to-space, one chunk.
+  void copy(const RunContext& ctx, bool tail, bool input, const float* from, float* to) {
+    const float one = 1.0f, zero = 0.0f;
+    const std::string what = label_ + (input ? ": space-to-depth of the input" : ": depth-to-space of the output");
+    cudnnTensorDescriptor_t a = input ? (tail ? in_tail_ : in_full_) : (tail ? ys_tail_ : ys_full_);
+    cudnnTensorDescriptor_t b = input ? (tail ? xs_tail_ : xs_full_) : (tail ? out_tail_ : out_full_);
+    if (copy_ == CopyKind::Transform)
+      CUDNN_CHECK_CTX(cudnnTransformTensor(ctx.cudnn, &one, a, from, &zero, b, to), what);
+    else  // beta = 0: the destination is not read
+      CUDNN_CHECK_CTX(cudnnAddTensor(ctx.cudnn, &one, a, from, &zero, b, to), what);
+  }
+
   // Descriptors of one chunk of n samples; (n, channel) merged into the first dimension.
   void describe(int n, TensorDesc& in, TensorDesc& xs, TensorDesc& ys, TensorDesc& out) {
     const int hw = h_ * w_, h2 = h_ / 2, w2 = w_ / 2;
@@ -164,6 +184,7 @@ class SpaceToDepthConvStep final : public Step {
   gpu::DeviceBuffer<float> xs_, ys_;
   std::unique_ptr<Step> conv_;
   ActivationDesc act_desc_;
+  CopyKind copy_ = copy_kind();
   BatchChunks chunks_;
   TensorDesc in_full_, xs_full_, ys_full_, out_full_, in_tail_, xs_tail_, ys_tail_, out_tail_;
 };

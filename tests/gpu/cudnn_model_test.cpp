@@ -151,7 +151,7 @@ TEST(CudnnPlan, SummaryNamesAlgorithmsAndWorkspace) {
   EXPECT_NE(summary.find("node 'c3' (conv2d): CUDNN_CONVOLUTION_FWD_ALGO_"), std::string::npos) << summary;
   // c1 (6 channels) and c3 (16) take the space-to-depth path, each with its activation fused.
   EXPECT_NE(summary.find("node 'c1' (conv2d): space-to-depth 2x2 ([1, 32, 32] -> [4, 16, 16], 3x3 kernel, 24 output "
-                         "channels), 't1' fused"),
+                         "channels; copies by cudnnAddTensor), 't1' fused"),
             std::string::npos)
       << summary;
   EXPECT_NE(summary.find("'a3' fused into the depth-to-space"), std::string::npos) << summary;

@@ -114,17 +114,21 @@ TEST(CudnnConv2d, SpaceToDepthMatchesCpu) {
       {{5, 10, 6}, 9, window(3, 5, 1, 1, 0, 0, 2, 2)},           // rectangular kernel
   };
   uint32_t seed = 300;
-  for (const char* env : {"", "0"}) {
-    if (*env) setenv("ENGINE_CUDNN_S2D", env, 1);
+  // The default, each way of asking cuDNN for the rearranging copies, then the direct convolution.
+  for (const char* env : {"", "transform", "0"}) {
+    if (std::string(env) == "0")
+      setenv("ENGINE_CUDNN_S2D", env, 1);
+    else if (*env)
+      setenv("ENGINE_CUDNN_S2D_COPY", env, 1);
     for (const auto& c : cases) {
-      SCOPED_TRACE(std::string("ENGINE_CUDNN_S2D=") + env + " conv2d input " + formats::shape_to_string(c.input) +
+      SCOPED_TRACE(std::string("env ") + env + " conv2d input " + formats::shape_to_string(c.input) +
                    " -> " + std::to_string(c.out_channels));
       auto model = single_op_model(OpType::Conv2D, c.input, conv_attrs(c.out_channels, c.win), seed, c.bias);
       const std::string plan = engine::BackendRegistry::instance()
                                    .create("cudnn")
                                    ->compile(engine::plan_graph(model), engine::CompileOptions{})
                                    ->plan_summary();
-      EXPECT_EQ(plan.find("space-to-depth 2x2") != std::string::npos, *env == 0) << plan;
+      EXPECT_EQ(plan.find("space-to-depth 2x2") != std::string::npos, std::string(env) != "0") << plan;
       expect_reduction_matches_cpu_all_batches(model, seed);
       for (OpType act : {OpType::Relu, OpType::Tanh, OpType::Sigmoid}) {
         auto fused = ModelBuilder("conv_act", c.input)
@@ -144,6 +148,7 @@ TEST(CudnnConv2d, SpaceToDepthMatchesCpu) {
     }
   }
   unsetenv("ENGINE_CUDNN_S2D");
+  unsetenv("ENGINE_CUDNN_S2D_COPY");
 }
 
 // The space-to-depth path past 65,535 samples (its rearrangements run on chunks of the batch).
