@@ -154,7 +154,7 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
     float* y = value_ptr(planned.output);
     switch (node.op) {
       case OpType::Conv2D: {
-        if (const auto refusal = space_to_depth_refusal(node, in0.shape); !refusal) {
+        if (const auto refusal = space_to_depth_refusal(node, in0.shape, ctx.max_batch); !refusal) {
           // A following activation that is the conv's only reader runs in the depth-to-space pass:
           // the conv writes its own scratch, never this block, so the activation's block may be any.
           std::optional<OpType> act;
@@ -174,6 +174,8 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
           }
           steps_.push_back(make_space_to_depth_conv_step(ctx, node, in0.shape, x, y, act, act_name));
           break;
+        } else {
+          fusion_notes_.push_back(fmt::format("{}: direct convolution (not space-to-depth: {})", node_label(node), *refusal));
         }
         ConvFusion fusion;
         std::string fused_name;

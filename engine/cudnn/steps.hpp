@@ -120,7 +120,7 @@ std::unique_ptr<Step> make_conv_step(const BuildContext& ctx, const formats::Nod
                                      const float* x, float* y, ConvFusion fusion, const std::string& fused_name);
 // conv2d as a space-to-depth convolution (conv_s2d.cpp): why `node` cannot take that path, or
 // nullopt when it can; the step, with a following relu / tanh / sigmoid computed by it when given.
-std::optional<std::string> space_to_depth_refusal(const formats::Node& node, const Shape& input_shape);
+std::optional<std::string> space_to_depth_refusal(const formats::Node& node, const Shape& input_shape, int max_batch);
 std::unique_ptr<Step> make_space_to_depth_conv_step(const BuildContext& ctx, const formats::Node& node,
                                                     const Shape& input_shape, const float* x, float* y,
                                                     std::optional<OpType> activation,

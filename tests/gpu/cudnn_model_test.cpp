@@ -144,7 +144,7 @@ TEST(CudnnPlan, SummaryNamesAlgorithmsAndWorkspace) {
   const engine::Graph graph = engine::plan_graph(model);
   auto backend = engine::BackendRegistry::instance().create("cudnn");
   engine::CompileOptions options;
-  options.max_batch = 64;
+  options.max_batch = 256;  // space-to-depth convolutions from 256 images on
   auto exe = backend->compile(graph, options);
   const std::string summary = exe->plan_summary();
   EXPECT_NE(summary.find("node 'c1' (conv2d): CUDNN_CONVOLUTION_FWD_ALGO_"), std::string::npos) << summary;

@@ -114,7 +114,9 @@ TEST(CudnnConv2d, SpaceToDepthMatchesCpu) {
       {{5, 10, 6}, 9, window(3, 5, 1, 1, 0, 0, 2, 2)},           // rectangular kernel
   };
   uint32_t seed = 300;
-  // The default, each way of asking cuDNN for the rearranging copies, then the direct convolution.
+  // Forced on for every batch case (the default takes the path from 256 images on), with each way of
+  // asking cuDNN for the rearranging copies; then the direct convolution.
+  setenv("ENGINE_CUDNN_S2D", "1", 1);
   for (const char* env : {"", "transform", "0"}) {
     if (std::string(env) == "0")
       setenv("ENGINE_CUDNN_S2D", env, 1);
@@ -149,6 +151,15 @@ TEST(CudnnConv2d, SpaceToDepthMatchesCpu) {
   }
   unsetenv("ENGINE_CUDNN_S2D");
   unsetenv("ENGINE_CUDNN_S2D_COPY");
+  // By default the path is a plan-time choice from the batch the executable is planned for.
+  auto model = single_op_model(OpType::Conv2D, {1, 32, 32}, conv_attrs(6, window(5, 5, 1, 1)), 399, true);
+  for (int max_batch : {1, 255, 256, 4096}) {
+    engine::CompileOptions options;
+    options.max_batch = max_batch;
+    const std::string plan =
+        engine::BackendRegistry::instance().create("cudnn")->compile(engine::plan_graph(model), options)->plan_summary();
+    EXPECT_EQ(plan.find("space-to-depth 2x2") != std::string::npos, max_batch >= 256) << max_batch << "\n" << plan;
+  }
 }
 
 // The space-to-depth path past 65,535 samples (its rearrangements run on chunks of the batch).
