@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi|train|train-accuracy]...
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi|train|train-accuracy|train-recipes]...
 #   (default: build test sanitize run)
 # train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz;
 # train-accuracy also Fashion-MNIST's, in data/fashion/ (from Debian's dataset-fashion-mnist).
@@ -301,6 +301,36 @@ PY
       tar -czf "$OUT/train-accuracy.tar.gz" -C "$tmp" $(cd "$tmp" && ls *.curve.* *.log)
       rm -rf "$tmp"
     } 2>&1 | tee "$OUT/train-accuracy.log"
+    ;;
+  train-recipes)
+    # How docs/training.md chose the LeNet-5 recipes of train-accuracy: 20-epoch runs on custom with
+    # the last 5,000 training images held out (--val-split 5000), never the test set. One line per
+    # recipe in $OUT/train-recipes.log.
+    {
+      T=$(mktemp -d) F=$PWD/data/fashion
+      recipe() {  # name data-dir args...
+        local name=$1 d=$2; shift 2
+        local lab=(); [[ $d == "$F" ]] && lab=(--labels $d/train-labels-idx1-ubyte.gz)
+        timeout 120 $B/engine -q train models/architectures/lenet5.json --data $d/train-images-idx3-ubyte.gz "${lab[@]}" \
+          --val-split 5000 --backend custom --optimizer adam --lr-schedule cosine --warmup-epochs 1 --epochs 20 \
+          --no-plot --no-checkpoints -o $T/$name.json "$@" >$T/$name.log 2>&1 || { status=1; tail -2 $T/$name.log; }
+        python3 -c "import json; c = json.load(open('$T/$name.curve.json'))['epochs']; print(f'$name: validation '
+          f'{100 * c[-1][\"val_accuracy\"]:.2f}%, training {100 * c[-1][\"accuracy\"]:.2f}%')"
+      }
+      recipe fashion-shift1-flip-lr2-b128 $F --augment shift=1,flip --lr 0.002 --batch 128
+      recipe fashion-flip-lr2-b128 $F --augment flip --lr 0.002 --batch 128
+      recipe fashion-none-lr2-b128 $F --lr 0.002 --batch 128
+      recipe fashion-flip-lr2-b64 $F --augment flip --lr 0.002 --batch 64
+      recipe fashion-flip-lr4-b128 $F --augment flip --lr 0.004 --batch 128
+      recipe fashion-flip-lr1-b32 $F --augment flip --lr 0.001 --batch 32
+      recipe fashion-flip-lr3-b64 $F --augment flip --lr 0.003 --batch 64
+      recipe fashion-shift1-flip-lr3-b64 $F --augment shift=1,flip --lr 0.003 --batch 64
+      recipe mnist-shift2-lr2-b128 $DATA --augment shift=2 --lr 0.002 --batch 128
+      recipe mnist-shift2-lr2-b64 $DATA --augment shift=2 --lr 0.002 --batch 64
+      recipe mnist-shift1-lr2-b128 $DATA --augment shift=1 --lr 0.002 --batch 128
+      recipe mnist-shift2-lr3-b64 $DATA --augment shift=2 --lr 0.003 --batch 64
+      rm -rf "$T"
+    } 2>&1 | tee "$OUT/train-recipes.log"
     ;;
   *) echo "unknown step $s"; exit 2 ;;
   esac
