@@ -266,3 +266,31 @@ def test_committed_models(repo, name, labels):
         from cnnengine.datasets import FASHION_LABELS
         assert model.labels == FASHION_LABELS
     assert (path.parent / model.graph["weights"]["file"]).stat().st_size < 300_000
+
+
+@pytest.mark.parametrize("name", ["lenet5", "seed002-cnn", "seed003-mlp", "seed003-mlp-norm"])
+def test_architecture_only_graphs_read_as_zero_tensors(repo, name, tmp_path):
+    """The v1 amendment: no "weights" key, every named tensor zeros of its node's shape, as the C++
+    loader gives them; written back, it is an ordinary full model."""
+    m = mf.read_model(repo / "models" / "architectures" / f"{name}.json")
+    assert not m.has_weights and m.tensors
+    for node in m.graph["nodes"]:
+        for role, tname in node.get("tensors", {}).items():
+            t = m.tensors[tname]
+            assert t.dtype == np.float32 and not t.any(), (name, tname)
+            if node["op"] == "dense" and role == "weight":
+                assert t.shape[0] == node["attrs"]["units"]
+            if node["op"] == "conv2d" and role == "weight":
+                assert t.shape[0] == node["attrs"]["out_channels"] and t.shape[2:] == tuple(node["attrs"]["kernel"])
+    out = mf.write_model(tmp_path / "full.json", m.graph, m.tensors)
+    back = mf.read_model(out.path)
+    assert back.has_weights and set(back.tensors) == set(m.tensors)
+
+
+def test_architecture_only_graph_with_a_huge_tensor_is_refused_before_allocation(repo, tmp_path):
+    graph = json.loads((repo / "models" / "architectures" / "seed003-mlp.json").read_text())
+    graph["nodes"][1]["attrs"]["units"] = 2**20  # 784 x 2^20 weights: over 2^28
+    p = tmp_path / "huge.json"
+    p.write_text(json.dumps(graph))
+    with pytest.raises(mf.ModelFormatError, match=r"tensor 'fc1.weight' would hold 822083584 values, over 2\^28"):
+        mf.read_model(p)

@@ -29,6 +29,7 @@ MAX_VALUE_ELEMENTS = 2**31 - 1
 OPS = ("conv2d", "avgpool", "maxpool", "relu", "tanh", "sigmoid", "flatten", "dense", "softmax", "add",
        "scale_shift", "concat")
 MAX_CONCAT_INPUTS = 4096
+MAX_ARCHITECTURE_TENSOR_ELEMENTS = 2**28  # an architecture-only file's zero tensors, refused before allocation
 
 # Per op: (required attrs, optional attrs, required tensor roles, optional tensor roles, input count)
 _OP_RULES = {
@@ -56,6 +57,8 @@ class Model:
     graph: dict[str, Any]
     tensors: dict[str, np.ndarray]
     path: pathlib.Path | None = None  # graph file it was read from or written to
+    # False for an architecture-only graph (no "weights" key): every tensor is zeros of its shape.
+    has_weights: bool = True
 
     @property
     def name(self) -> str:
@@ -174,16 +177,19 @@ def _window_out(chk, in_shape, kernel, stride, padding, name) -> tuple[int, int]
 
 
 def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "model",
-             sha256: str | None = None, shapes: bool = True) -> dict[str, tuple[int, ...]]:
+             sha256: str | None = None, shapes: bool = True,
+             tensor_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, tuple[int, ...]]:
     """Checks `graph` (and `tensors`, when given) against format v1, in the spec's order.
 
     `sha256`, when given, is the weights file's actual digest and must match the graph's.
     `shapes=False` stops before shape propagation (the reader's first pass, before the weights).
+    `tensor_shapes`, when given, receives the shape each named tensor must have.
+    A graph without "weights" is an architecture-only graph (the v1 amendment).
     Returns the per-sample shape of every value. Raises ModelFormatError naming `where` and the node.
     """
     chk = _Checker(where)
-    chk.keys(graph, "the top level", {"format", "version", "name", "weights", "input", "nodes", "outputs"},
-             {"description", "labels"})
+    chk.keys(graph, "the top level", {"format", "version", "name", "input", "nodes", "outputs"},
+             {"description", "labels", "weights"})
     if graph["format"] != FORMAT:
         chk.fail(f"format must be \"{FORMAT}\", is {graph['format']!r}")
     if not _is_int(graph["version"]) or graph["version"] != VERSION:
@@ -191,15 +197,17 @@ def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "m
     chk.string(graph["name"], "name")
     if "description" in graph:
         chk.string(graph["description"], "description", nonempty=False)
-    weights = graph["weights"]
-    chk.keys(weights, "weights", {"file", "sha256"}, set())
-    wfile = chk.string(weights["file"], "weights.file")
-    wpath = pathlib.PurePosixPath(wfile)
-    if wpath.is_absolute() or pathlib.PureWindowsPath(wfile).is_absolute() or ".." in wpath.parts \
-            or "\\" in wfile:
-        chk.fail(f"weights.file {wfile!r} must be a relative path without '..'")
-    if not isinstance(weights["sha256"], str) or not re.fullmatch(r"[0-9a-f]{64}", weights["sha256"]):
-        chk.fail("weights.sha256 must be 64 lowercase hex digits")
+    weights = graph.get("weights")
+    wfile = "the architecture-only graph"
+    if weights is not None:
+        chk.keys(weights, "weights", {"file", "sha256"}, set())
+        wfile = chk.string(weights["file"], "weights.file")
+        wpath = pathlib.PurePosixPath(wfile)
+        if wpath.is_absolute() or pathlib.PureWindowsPath(wfile).is_absolute() or ".." in wpath.parts \
+                or "\\" in wfile:
+            chk.fail(f"weights.file {wfile!r} must be a relative path without '..'")
+        if not isinstance(weights["sha256"], str) or not re.fullmatch(r"[0-9a-f]{64}", weights["sha256"]):
+            chk.fail("weights.sha256 must be 64 lowercase hex digits")
 
     # input
     inp = graph["input"]
@@ -282,7 +290,7 @@ def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "m
     order = topological_order(nodes, input_name, where)
 
     # weights
-    if sha256 is not None and sha256 != weights["sha256"]:
+    if sha256 is not None and weights is not None and sha256 != weights["sha256"]:
         chk.fail(f"weights file {wfile} has sha256 {sha256}, the graph says {weights['sha256']}")
 
     if not shapes:
@@ -344,6 +352,11 @@ def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "m
         if _elements(out) > MAX_VALUE_ELEMENTS:
             chk.fail(f"output has {_elements(out)} elements per sample, over 2^31 - 1", name)
         shapes[name] = tuple(out)
+        if tensor_shapes is not None:
+            for role, tname in n.get("tensors", {}).items():
+                if tname in tensor_shapes:
+                    chk.fail(f"tensor '{tname}' is already used by another node", name)
+                tensor_shapes[tname] = tuple(int(d) for d in expect[role])
         if tensors is not None:
             for role, tname in n.get("tensors", {}).items():
                 if tname in used:
@@ -478,6 +491,16 @@ def read_model(path: str | os.PathLike) -> Model:
         raise ModelFormatError(f"{where}: the top level must be a JSON object")
     # Everything that needs no weights first, as the spec orders the checks.
     validate(graph, None, where, shapes=False)
+    if "weights" not in graph:
+        # An architecture-only graph: every named tensor is zeros of the shape its node requires.
+        shapes: dict[str, tuple[int, ...]] = {}
+        validate(graph, None, where, tensor_shapes=shapes)
+        for tname, shape in shapes.items():
+            if _elements(shape) > MAX_ARCHITECTURE_TENSOR_ELEMENTS:
+                raise ModelFormatError(f"{where}: tensor '{tname}' would hold {_elements(shape)} values, over 2^28")
+        tensors = {tname: np.zeros(shape, np.float32) for tname, shape in shapes.items()}
+        validate(graph, tensors, where)
+        return Model(graph, tensors, path, has_weights=False)
     wpath = path.parent / graph["weights"]["file"]
     try:
         blob = wpath.read_bytes()
