@@ -25,8 +25,9 @@ int env_int(const char* name, int fallback) {
 // The largest batch the image chain runs: 12 images per SM. On the H100 (132 SMs) the image chain
 // wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
 // kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it
-// (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), for benchmarks and tests;
-// the bits are the same either way.
+// (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), ENGINE_FUSED_IMAGE_DENSE=1
+// the image chain's plain dense loop (version 1; 2, the default, prefetches), for benchmarks and
+// tests; the bits are the same either way.
 constexpr int kImageImagesPerSm = 12;
 constexpr int kImageMaxCluster = 8;
 
@@ -99,6 +100,7 @@ class FusedExecutable final : public gpu::GpuExecutable {
             image_chain_max_cluster(bytes, std::max(1, std::min(kImageMaxCluster, env_int("ENGINE_FUSED_IMAGE_CLUSTER",
                                                                                           kImageMaxCluster))));
         multiprocessors_ = device.multiprocessors;
+        plan_.image.dense_pipelined = env_int("ENGINE_FUSED_IMAGE_DENSE", 2) == 1 ? 0 : 1;
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "

@@ -149,6 +149,7 @@ struct ImageChainParams {
   int slice_off[2] = {0, 0};  // two staged slices of dense weights, kImageSliceFloats each
   int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
   int smem_floats = 0;
+  int dense_pipelined = 1;    // prefetch the next 8 steps' operands in the dense loop (0: the plain loop, A/B)
 };
 
 // Launchers (conv_chain.cu, dense_chain.cu, image_chain.cu). `blocks` is the persistent grid chosen at plan time;

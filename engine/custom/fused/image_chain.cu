@@ -123,6 +123,47 @@ __device__ __forceinline__ void request_slice(const DenseLayer& D, const DenseSh
   }
 }
 
+// s + sum over r of a[r] * w[r * stride], one fmaf per step, r ascending (the tiled kernels' order,
+// so the same bits), with the shared-memory loads of the next 8 steps issued before the FMAs of
+// these 8: a unit's 400-step chain (f5) is the batch-1 forward's longest, and without the prefetch
+// each group of 8 waited one shared-memory latency on top of its FMA chain (Nsight Compute,
+// docs/perf-fused-gpu.md "Session 6"). ENGINE_FUSED_IMAGE_DENSE=1 (fused_executable.cpp) keeps the
+// plain loop for A/B.
+template <bool kPipelined>
+__device__ __forceinline__ float dense_chain(const float* a, const float* w, int stride, int rows, float s) {
+  int r = 0;
+  if constexpr (kPipelined) {
+    if (rows >= 16) {
+      float ca[8], cw[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        ca[i] = a[i];
+        cw[i] = w[i * stride];
+      }
+      for (r = 8; r + 8 <= rows; r += 8) {
+        float na[8], nw[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          na[i] = a[r + i];
+          nw[i] = w[(r + i) * stride];
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s = fmaf(ca[i], cw[i], s);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          ca[i] = na[i];
+          cw[i] = nw[i];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s = fmaf(ca[i], cw[i], s);
+    }
+  }
+#pragma unroll 8
+  for (; r < rows; ++r) s = fmaf(a[r], w[r * stride], s);
+  return s;
+}
+
 // Every dense layer of one image: its input row is at layers[0].in_off in every block of the team;
 // slice 0 of layer 0 was requested into slice buffer 0 (and committed) before the call. Ends with a
 // team barrier.
@@ -153,9 +194,8 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
       const float* w = smem + p.slice_off[buf] - sh.u0;
       for (int u = sh.u0 + int(threadIdx.x); u < sh.u1; u += blockDim.x) {
         float s = j == 0 ? __ldg(D.bias + u) : acc[u];
-        const float* ar = a + r0;
-#pragma unroll 8
-        for (int r = 0; r < rows; ++r) s = fmaf(ar[r], w[r * sh.cols + u], s);
+        s = p.dense_pipelined ? dense_chain<true>(a + r0, w + u, sh.cols, rows, s)
+                              : dense_chain<false>(a + r0, w + u, sh.cols, rows, s);
         if (j + 1 < sh.slices) acc[u] = s;
         else st(&smem[D.out_off + u], u < D.units ? apply_epilogue(s, epi) : 0.0f);
       }
