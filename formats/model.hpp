@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace formats {
@@ -72,6 +73,17 @@ struct InputSpec {
   Shape shape;                           // the value the first nodes see (after padding)
 };
 
+// Activation ranges for post-training int8 quantization (model-format-v1.md, "Calibration"):
+// measured by `engine calibrate` on sample data, as TensorRT's calibrators do. The int8 scale of a
+// value is its range / 127 (symmetric); weights need none (their ranges are in the weights).
+struct Calibration {
+  std::string method;       // "max" or "percentile"
+  double percentile = 0;    // the percentile of |x| kept, for "percentile"
+  int64_t images = 0;       // how many samples were run
+  std::string data;         // where they came from (informational)
+  std::vector<std::pair<std::string, double>> ranges;  // value name (input or node) -> max |x| kept, >= 0
+};
+
 struct Model {
   std::string name;
   std::string description;
@@ -85,6 +97,7 @@ struct Model {
   std::vector<std::string> labels;   // optional class names
   std::vector<Node> nodes;           // topologically sorted
   std::vector<std::string> outputs;  // value names
+  std::optional<Calibration> calibration;  // present when the graph file has "calibration"
 
   const Node* find_node(const std::string& name) const;
   Shape value_shape(const std::string& value) const;  // input or node output; throws if unknown

@@ -1,6 +1,7 @@
 #include "formats/model_loader.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <filesystem>
 #include <map>
@@ -309,6 +310,45 @@ void parse_input(const Json& value, InputSpec& input, const std::string& file) {
   check_input(input, file);
 }
 
+// "calibration" (model-format-v1.md, "Calibration"): its keys and numbers here; that every range
+// names a value of the graph is checked once the names are known (check_calibration_names).
+Calibration parse_calibration(const Json& json, const std::string& file) {
+  ObjectReader r(json, "calibration", file);
+  r.allow({"method", "percentile", "images", "data", "ranges"});
+  Calibration c;
+  c.method = Field(r, r.require("method"), "method").string();
+  if (c.method != "max" && c.method != "percentile")
+    r.fail("'method' must be \"max\" or \"percentile\", got \"" + c.method + "\"");
+  const Json* percentile = r.find("percentile");
+  if (c.method == "percentile") {
+    if (!percentile) r.fail("method \"percentile\" needs 'percentile' (the share of |x| kept, in percent)");
+    c.percentile = Field(r, *percentile, "percentile").number();
+    if (!(c.percentile > 0 && c.percentile <= 100)) r.fail("'percentile' must be in (0, 100]");
+  } else if (percentile) {
+    r.fail("'percentile' belongs to method \"percentile\" only");
+  }
+  c.images = Field(r, r.require("images"), "images").int64();
+  if (c.images < 1) r.fail("'images' must be at least 1");
+  if (const Json* data = r.find("data")) c.data = Field(r, *data, "data").string();
+  const Json& ranges = Field(r, r.require("ranges"), "ranges").object();
+  if (ranges.empty()) r.fail("'ranges' must name at least one value");
+  ObjectReader rr(ranges, "calibration.ranges", file);
+  for (const auto& [name, value] : ranges.items()) {
+    const double v = Field(rr, value, name).number();
+    if (!(v >= 0) || !std::isfinite(v)) rr.fail("the range of '" + name + "' must be a finite number >= 0");
+    c.ranges.emplace_back(name, v);
+  }
+  return c;
+}
+
+void check_calibration_names(const Model& model, const std::string& file) {
+  if (!model.calibration) return;
+  for (const auto& [name, range] : model.calibration->ranges) {
+    if (name == model.input.name || model.find_node(name)) continue;
+    throw FormatError(file, "calibration.ranges: '" + name + "' is not the input or a node of the graph");
+  }
+}
+
 // Steps 1 and 2 of "What a loader checks": keys and types, format and version, input, nodes.
 // `format` and `version` are read before the other keys so that a file of another version is
 // reported as such rather than as a list of keys this version does not know.
@@ -328,7 +368,7 @@ ParsedGraph parse_graph(const Json& root, const std::string& file) {
   }
 
   top.allow({"format", "version", "name", "description", "weights", "input", "labels", "nodes",
-             "outputs"});
+             "outputs", "calibration"});
   ParsedGraph graph;
   Model& model = graph.model;
   model.source_path = file;
@@ -359,6 +399,11 @@ ParsedGraph parse_graph(const Json& root, const std::string& file) {
       weights_reader.fail("'sha256' must be 64 lowercase hex digits, got \"" +
                           graph.weights_sha256 + "\"");
     }
+  }
+
+  if (const Json* calibration = top.find("calibration")) {
+    Field(top, *calibration, "calibration").object();
+    model.calibration = parse_calibration(*calibration, file);
   }
 
   parse_input(input, model.input, file);
@@ -510,6 +555,7 @@ Model load_model(const std::string& graph_path) {
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   ParsedGraph graph = parse_graph(parse_strict_json(text, graph_path, "graph file"), graph_path);
   const std::vector<size_t> order = check_names_and_sort(graph.model, graph_path);
+  check_calibration_names(graph.model, graph_path);
   if (graph.model.has_weights) {
     std::string weights_path;
     const SafetensorsFile weights = read_weights(graph, graph_path, weights_path);

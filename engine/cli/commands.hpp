@@ -67,7 +67,19 @@ struct TrainCommandOptions {
   bool no_shuffle = false, no_checkpoints = false, no_plot = false;
 };
 
+// engine calibrate (calibrate_command.cpp; formats/model-format-v1.md, "Calibration").
+struct CalibrateOptions {
+  std::string model, data, output;
+  int64_t images = 1000;           // the first N samples of DATA
+  std::string method = "max";      // or "percentile"
+  double percentile = 99.99;
+  std::string backend;             // empty: cpu
+  int batch = 256;
+  int threads = 0;
+};
+
 int run_command(const RunOptions& options);
+int calibrate_command(const CalibrateOptions& options);
 int train_command(const TrainCommandOptions& options);
 int info_command(const InfoOptions& options);
 int show_command(const ShowOptions& options);

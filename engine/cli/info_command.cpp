@@ -84,6 +84,13 @@ int info_command(const InfoOptions& o) {
   for (const auto& name : model->outputs) outs.push_back(name + " " + formats::shape_to_string(model->value_shape(name)));
   fmt::print("outputs   {}\n", join(outs, ", "));
   if (!model->labels.empty()) fmt::print("labels    {}\n", join(model->labels, " "));
+  if (const auto& c = model->calibration) {
+    fmt::print("int8      calibrated: {} ranges, {} over {} samples ({})\n", c->ranges.size(),
+               c->method == "max" ? std::string("max |x|") : fmt::format("percentile {} of |x|", c->percentile), c->images,
+               c->data.empty() ? "source not recorded" : c->data);
+  } else {
+    fmt::print("int8      not calibrated (engine calibrate MODEL DATA -o OUT.json)\n");
+  }
 
   TextTable table({"node", "op", "inputs", "attributes", "output", "params", "mult-adds"});
   int64_t total_macs = 0;

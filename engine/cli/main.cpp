@@ -85,6 +85,28 @@ int main(int argc, char** argv) {
   auto* info_cmd = app.add_subcommand("info", "Show a model's layers, parameters, input and the backends here");
   info_cmd->add_option("MODEL", info.model, "Model graph file (format v1 .json)")->required();
 
+  engine::cli::CalibrateOptions calibrate;
+  auto* calibrate_cmd =
+      app.add_subcommand("calibrate", "Measure activation ranges for int8 quantization on sample data; write MODEL "
+                                      "with them (formats/model-format-v1.md, \"Calibration\")");
+  calibrate_cmd->add_option("MODEL", calibrate.model, "Model graph file (format v1 .json)")->required();
+  calibrate_cmd->add_option("DATA", calibrate.data, "Calibration samples: IDX images (raw or .gz), one image, or IDX float32")
+      ->required();
+  calibrate_cmd->add_option("-o,--output", calibrate.output, "The calibrated model to write (OUT.json + OUT.safetensors)")
+      ->required();
+  calibrate_cmd->add_option("--images", calibrate.images, "Use the first N samples of DATA")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  calibrate_cmd->add_option("--method", calibrate.method, "max (largest |x|) or percentile (that share of |x|)")
+      ->check(CLI::IsMember({"max", "percentile"}))
+      ->capture_default_str();
+  calibrate_cmd->add_option("--percentile", calibrate.percentile, "With --method percentile: the share of |x| kept, in percent")
+      ->capture_default_str();
+  calibrate_cmd->add_option("--backend", calibrate.backend, "Backend that runs the samples (default cpu)");
+  calibrate_cmd->add_option("--batch", calibrate.batch, "Samples per run")->check(CLI::Range(1, 65536))->capture_default_str();
+  calibrate_cmd->add_option("--threads", calibrate.threads, "CPU backends: threads (default: all cores)")
+      ->check(CLI::Range(1, 4096));
+
   engine::cli::ShowOptions show;
   auto* show_cmd = app.add_subcommand("show", "Print one image of DATA as ASCII art");
   show_cmd->add_option("DATA", show.data, "IDX images (raw or .gz) or one PNG/JPEG/PGM image")->required();
@@ -161,6 +183,7 @@ int main(int argc, char** argv) {
     if (*run_cmd) return engine::cli::run_command(run);
     if (*info_cmd) return engine::cli::info_command(info);
     if (*train_cmd) return engine::cli::train_command(train);
+    if (*calibrate_cmd) return engine::cli::calibrate_command(calibrate);
     if (*show_cmd) return engine::cli::show_command(show);
     if (*backends_cmd) return engine::cli::backends_command();
     if (*bench_cmd) return engine::cli::bench_command(*bench_cmd);

@@ -176,6 +176,34 @@ def _window_out(chk, in_shape, kernel, stride, padding, name) -> tuple[int, int]
     return oh, ow
 
 
+def _check_calibration(chk, cal, names: set[str]) -> None:
+    """The "calibration" object (model-format-v1.md, "Calibration"), as the C++ loader checks it."""
+    if not isinstance(cal, dict):
+        chk.fail("calibration must be an object")
+    chk.keys(cal, "calibration", {"method", "images", "ranges"}, {"percentile", "data"})
+    if cal["method"] not in ("max", "percentile"):
+        chk.fail(f"calibration.method must be \"max\" or \"percentile\", is {cal['method']!r}")
+    if cal["method"] == "percentile":
+        if "percentile" not in cal:
+            chk.fail("calibration method \"percentile\" needs 'percentile'")
+        if not _is_number(cal["percentile"]) or not 0 < cal["percentile"] <= 100:
+            chk.fail("calibration.percentile must be in (0, 100]")
+    elif "percentile" in cal:
+        chk.fail("calibration.percentile belongs to method \"percentile\" only")
+    if not _is_int(cal["images"]) or cal["images"] < 1:
+        chk.fail("calibration.images must be an integer >= 1")
+    if "data" in cal and not isinstance(cal["data"], str):
+        chk.fail("calibration.data must be a string")
+    ranges = cal["ranges"]
+    if not isinstance(ranges, dict) or not ranges:
+        chk.fail("calibration.ranges must be an object naming at least one value")
+    for name, v in ranges.items():
+        if name not in names:
+            chk.fail(f"calibration.ranges: '{name}' is not the input or a node of the graph")
+        if not _is_number(v) or v < 0:
+            chk.fail(f"calibration.ranges: the range of '{name}' must be a finite number >= 0")
+
+
 def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "model",
              sha256: str | None = None, shapes: bool = True,
              tensor_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, tuple[int, ...]]:
@@ -189,7 +217,7 @@ def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "m
     """
     chk = _Checker(where)
     chk.keys(graph, "the top level", {"format", "version", "name", "input", "nodes", "outputs"},
-             {"description", "labels", "weights"})
+             {"description", "labels", "weights", "calibration"})
     if graph["format"] != FORMAT:
         chk.fail(f"format must be \"{FORMAT}\", is {graph['format']!r}")
     if not _is_int(graph["version"]) or graph["version"] != VERSION:
@@ -288,6 +316,8 @@ def validate(graph: dict, tensors: dict[str, np.ndarray] | None, where: str = "m
         if o not in seen:
             chk.fail(f"output '{o}' is not a node's output")
     order = topological_order(nodes, input_name, where)
+    if "calibration" in graph:
+        _check_calibration(chk, graph["calibration"], {input_name} | seen)
 
     # weights
     if sha256 is not None and weights is not None and sha256 != weights["sha256"]:
