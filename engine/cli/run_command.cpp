@@ -149,7 +149,7 @@ int run_command(const RunOptions& o) {
     copts.max_batch = int(std::min<int64_t>(copts.max_batch, per_device));
   }
   copts.deterministic = !o.nondeterministic;
-  copts.precision = o.precision == "tf32" ? Precision::TF32 : Precision::FP32;
+  copts.precision = parse_precision(o.precision).value_or(Precision::FP32);
   copts.fuse = !o.no_fuse;
   copts.threads = o.threads;
   auto exe = compile_on(*backend, graph, copts, devices);

@@ -9,6 +9,31 @@
 
 namespace engine {
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::TF32: return "tf32";
+    case Precision::FP16: return "fp16";
+    case Precision::BF16: return "bf16";
+    case Precision::INT8: return "int8";
+  }
+  return "?";
+}
+
+std::optional<Precision> parse_precision(const std::string& name) {
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16, Precision::INT8})
+    if (name == precision_name(p)) return p;
+  return std::nullopt;
+}
+
+void require_precision(const Backend& backend, const CompileOptions& options) {
+  if (backend.supports(options.precision)) return;
+  throw std::invalid_argument(fmt::format(
+      "backend '{}' does not compute {} (not implemented there yet); the reference backend emulates it "
+      "(--backend reference) to measure its accuracy",
+      backend.name(), precision_name(options.precision)));
+}
+
 void check_supported(const Backend& backend, const Graph& graph) {
   // Every refusal in one message: fixing them one run at a time would be tedious.
   std::string problems;

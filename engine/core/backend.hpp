@@ -17,7 +17,13 @@
 
 namespace engine {
 
-enum class Precision { FP32, TF32 };
+// fp32: exact float arithmetic. tf32: GPU tensor cores with 10-bit mantissas (cudnn). fp16, bf16,
+// int8: reduced precisions (issue 15); the reference backend emulates them (weights and activations
+// rounded or quantized as a device would store them, sums in double) so that each has an accuracy
+// measured before any device kernel exists; int8 needs the model's calibration (engine calibrate).
+enum class Precision { FP32, TF32, FP16, BF16, INT8 };
+const char* precision_name(Precision p);                      // "fp32", ...
+std::optional<Precision> parse_precision(const std::string& name);
 
 struct CompileOptions {
   int max_batch = 256;        // largest n a run() may be given
@@ -149,6 +155,8 @@ class Backend {
   virtual std::string description() const = 0;
   // Why this backend cannot run the node, or nullopt when it can.
   virtual std::optional<std::string> unsupported(const formats::Node& node) const = 0;
+  // Which precisions compile() takes (fp32 and tf32 by default: a backend without TF32 runs fp32).
+  virtual bool supports(Precision p) const { return p == Precision::FP32 || p == Precision::TF32; }
   virtual std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) = 0;
   // The batch capacity `engine run` plans for when the user gives none: small on a CPU (cache-sized
   // tiles, prompt progress), large on a GPU (a batch must fill the device to pay for its launches).
@@ -165,5 +173,7 @@ class Backend {
 
 // Throws std::runtime_error naming every node the backend cannot run, before anything runs.
 void check_supported(const Backend& backend, const Graph& graph);
+// Throws std::invalid_argument when the backend does not compute options.precision.
+void require_precision(const Backend& backend, const CompileOptions& options);
 
 }  // namespace engine

@@ -89,6 +89,7 @@ class CpuBackend : public Backend {
     return "op not implemented by the cpu backend";
   }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
+    require_precision(*this, options);
     check_supported(*this, graph);
     return std::make_unique<CpuExecutable>(graph, options, pick_kernels());
   }

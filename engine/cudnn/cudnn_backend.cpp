@@ -59,6 +59,7 @@ class CudnnBackend final : public Backend {
   }
   std::vector<std::string> devices() const override { return gpu::device_descriptions(); }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
+    require_precision(*this, options);
     check_supported(*this, graph);
     // Handles, workspaces, algorithm choice and weights on the options' device, bound to it.
     return gpu::compile_on_device(options, [&] { return std::make_unique<CudnnExecutable>(graph, options); });

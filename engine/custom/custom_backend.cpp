@@ -417,6 +417,7 @@ class CustomBackend final : public Backend {
   int preferred_batch() const override { return 65536; }
   std::vector<std::string> devices() const override { return gpu::device_descriptions(); }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
+    require_precision(*this, options);
     check_supported(*this, graph);
     // Everything below (device limits, weights, kernel attributes) on the options' device.
     return gpu::compile_on_device(options, [&] { return compile_here(graph, options); });

@@ -154,7 +154,7 @@ nb::dict session_info(const Session& s) {
   d["execution_path"] = s.execution_path();
   d["plan"] = s.plan_summary();
   d["max_batch"] = s.max_batch();
-  d["precision"] = s.options().precision == engine::Precision::TF32 ? "tf32" : "fp32";
+  d["precision"] = engine::precision_name(s.options().precision);
   d["deterministic"] = s.options().deterministic;
   return d;
 }
@@ -164,12 +164,11 @@ std::unique_ptr<Session> make_session(const std::string& path, const std::string
                                       bool cuda_graph) {
   SessionOptions o;
   o.backend = backend;
-  if (precision == "fp32")
-    o.precision = engine::Precision::FP32;
-  else if (precision == "tf32")
-    o.precision = engine::Precision::TF32;
+  if (const auto p = engine::parse_precision(precision))
+    o.precision = *p;
   else
-    throw nb::value_error(fmt::format("precision must be 'fp32' or 'tf32', not '{}'", precision).c_str());
+    throw nb::value_error(
+        fmt::format("precision must be 'fp32', 'tf32', 'fp16', 'bf16' or 'int8', not '{}'", precision).c_str());
   if (max_batch && *max_batch < 1) throw nb::value_error(fmt::format("max_batch must be >= 1, not {}", *max_batch).c_str());
   if (threads < 0) throw nb::value_error(fmt::format("threads must be >= 0, not {}", threads).c_str());
   o.max_batch = max_batch;

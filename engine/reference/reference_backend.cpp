@@ -46,7 +46,9 @@ class ReferenceBackend : public Backend {
     }
     return "op not implemented by the reference backend";
   }
+  bool supports(Precision) const override { return true; }  // fp16, bf16 and int8 emulated
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
+    require_precision(*this, options);
     check_supported(*this, graph);
     return std::make_unique<ReferenceExecutable>(graph, options);
   }

@@ -1,5 +1,7 @@
 #include "engine/reference/reference_executable.hpp"
 
+#include "engine/reference/reduced_precision.hpp"
+
 #include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 namespace engine::reference {
@@ -41,7 +44,7 @@ constexpr int64_t kMinWorkPerThread = int64_t{1} << 20;
 }  // namespace
 
 ReferenceExecutable::ReferenceExecutable(const Graph& graph, const CompileOptions& options)
-    : graph_(graph), max_batch_(options.max_batch) {
+    : graph_(graph), max_batch_(options.max_batch), precision_(options.precision) {
   if (max_batch_ < 1) throw std::invalid_argument(fmt::format("reference: max_batch must be at least 1, got {}", max_batch_));
   const auto& input = graph_.model->input;
   raw_sample_elements_ = formats::element_count(input.raw_shape);
@@ -87,6 +90,7 @@ ReferenceExecutable::ReferenceExecutable(const Graph& graph, const CompileOption
     work_per_sample_ += work_of(node, in);
   }
 
+  prepare_reduced_precision(options);
   if (options.threads < 0)
     throw std::invalid_argument(fmt::format("reference: threads must be at least 1 (0: all cores), got {}", options.threads));
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
@@ -107,6 +111,7 @@ ReferenceExecutable::ReferenceExecutable(const Graph& graph, const CompileOption
     // NaN everywhere: an element no step writes shows up in the outputs instead of passing as 0.
     arenas_.assign(total, std::numeric_limits<float>::quiet_NaN());
     scratch_.assign(size_t(scratch_per_thread_) * size_t(threads_), 0.0);
+    quantized_.assign(size_t(quantized_per_thread_) * size_t(threads_), 0.0f);
   } catch (const std::bad_alloc&) {
     throw std::runtime_error(fmt::format("reference: cannot allocate {:.1f} MiB of activation arenas",
                                          double(total) * sizeof(float) / (1 << 20)));
@@ -116,10 +121,74 @@ ReferenceExecutable::ReferenceExecutable(const Graph& graph, const CompileOption
       "reference: {} steps ({} nodes, flatten as aliases), {} threads with a {:.1f} KiB single-sample arena each, "
       "batches up to {}, double accumulation, always deterministic{}",
       steps_.size(), graph_.nodes.size(), threads_, double(per_sample) * sizeof(float) / 1024, max_batch_,
-      options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
+      options.precision == Precision::TF32   ? " (tf32 requested: the CPU has no TF32, fp32 used)"
+      : options.precision == Precision::FP16 ? "; fp16 emulated: weights and every value rounded to fp16"
+      : options.precision == Precision::BF16 ? "; bf16 emulated: weights and every value rounded to bf16"
+      : options.precision == Precision::INT8
+          ? "; int8 emulated: conv2d/dense inputs quantized per tensor (calibrated ranges), weights per output channel"
+          : "");
 }
 
-void ReferenceExecutable::run_sample(const void* input, int s, float* arena, double* scratch,
+void ReferenceExecutable::prepare_reduced_precision(const CompileOptions& options) {
+  if (options.precision == Precision::FP32 || options.precision == Precision::TF32) return;
+  const formats::Model& model = *graph_.model;
+  if (options.precision == Precision::INT8 && !model.calibration)
+    throw std::invalid_argument(fmt::format("model '{}' has no calibration data, which int8 needs: run engine calibrate "
+                                            "MODEL DATA -o OUT.json first",
+                                            model.name));
+  // The range of a value, following aliases (flatten) to their source when the value has none.
+  auto range_of = [&](int value) -> std::optional<double> {
+    for (int v = value; v >= 0; v = graph_.values[v].alias_of)
+      for (const auto& [name, r] : model.calibration->ranges)
+        if (name == graph_.values[v].name) return r;
+    return std::nullopt;
+  };
+  for (Step& step : steps_) {
+    const bool has_weights = step.op == OpType::Conv2D || step.op == OpType::Dense || step.op == OpType::ScaleShift;
+    if (!has_weights) continue;
+    const Value& out = graph_.values[step.output];
+    const int64_t rows = step.op == OpType::Conv2D ? out.shape.at(0) : step.op == OpType::Dense ? step.units : step.channels;
+    const int64_t weight_count = step.op == OpType::Conv2D ? rows * step.in_dims.channels * step.window->kernel_h *
+                                                                   step.window->kernel_w
+                                 : step.op == OpType::Dense ? rows * step.in_elements
+                                                            : rows;
+    if (options.precision == Precision::INT8) {
+      if (step.op == OpType::ScaleShift) continue;  // a per-channel affine: float, as the activations
+      const auto r = range_of(step.inputs[0]);
+      if (!r)
+        throw std::invalid_argument(fmt::format("model '{}': its calibration has no range for '{}', the input of a {} "
+                                                "node: calibrate the model again (engine calibrate)",
+                                                model.name, graph_.values[step.inputs[0]].name,
+                                                formats::op_name(step.op)));
+      step.input_scale = float(*r) / 127.0f;
+      if (step.input_scale == 0.0f) step.input_scale = 0.0f;  // an all-zero value: q * 0
+      owned_.push_back(quantize_per_channel(step.weight, rows, weight_count / rows));
+      step.weight = owned_.back().data();
+      quantized_per_thread_ = std::max(quantized_per_thread_, graph_.values[step.inputs[0]].elements);
+      continue;
+    }
+    auto rounded = [&](const float* v, int64_t n) {
+      std::vector<float> out_v(v, v + n);
+      round_value(out_v.data(), n);
+      return out_v;
+    };
+    owned_.push_back(rounded(step.weight, weight_count));
+    step.weight = owned_.back().data();
+    if (step.bias) {
+      owned_.push_back(rounded(step.bias, rows));
+      step.bias = owned_.back().data();
+    }
+  }
+}
+
+void ReferenceExecutable::round_value(float* v, int64_t n) const {
+  if (precision_ == Precision::FP16)
+    for (int64_t i = 0; i < n; ++i) v[i] = round_to_fp16(v[i]);
+  else if (precision_ == Precision::BF16)
+    for (int64_t i = 0; i < n; ++i) v[i] = round_to_bf16(v[i]);
+}
+
+void ReferenceExecutable::run_sample(const void* input, int s, float* arena, double* scratch, float* quantized,
                                std::span<float* const> outputs) const {
   const auto& in_spec = graph_.model->input;
   float* x = value_in(arena, graph_.input);
@@ -131,9 +200,16 @@ void ReferenceExecutable::run_sample(const void* input, int s, float* arena, dou
                 size_t(raw_sample_elements_) * sizeof(float));
   }
 
+  const bool rounds = precision_ == Precision::FP16 || precision_ == Precision::BF16;
+  if (rounds) round_value(x, graph_.values[graph_.input].elements);
   for (const Step& step : steps_) {
     const float* a = value_in(arena, step.inputs[0]);
     float* y = value_in(arena, step.output);
+    if (step.input_scale > 0 || (precision_ == Precision::INT8 && step.weight && step.op != OpType::ScaleShift)) {
+      const int64_t n = graph_.values[step.inputs[0]].elements;
+      for (int64_t i = 0; i < n; ++i) quantized[i] = fake_quantize(a[i], step.input_scale);
+      a = quantized;
+    }
     switch (step.op) {
       case OpType::Conv2D: conv2d(a, step.in_dims, step.weight, step.bias, *step.window, step.out_dims, y, scratch); break;
       case OpType::AvgPool: avgpool(a, step.in_dims, *step.window, step.count_include_pad, step.out_dims, y); break;
@@ -157,6 +233,7 @@ void ReferenceExecutable::run_sample(const void* input, int s, float* arena, dou
       }
       case OpType::Flatten: break;  // never a step
     }
+    if (rounds) round_value(value_in(arena, step.output), graph_.values[step.output].elements);
   }
 
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -182,7 +259,8 @@ void ReferenceExecutable::run(const void* input, int n, std::span<float* const> 
   for (int s = 0; s < n; ++s) {
     const int t = omp_get_thread_num();
     run_sample(input, s, arenas_.data() + int64_t(t) * graph_.arena_floats_per_sample,
-               scratch_.data() + int64_t(t) * scratch_per_thread_, outputs);
+               scratch_.data() + int64_t(t) * scratch_per_thread_, quantized_.data() + int64_t(t) * quantized_per_thread_,
+               outputs);
   }
 }
 

@@ -44,13 +44,17 @@ class ReferenceExecutable : public Executable {
     const formats::Window2D* window = nullptr;
     bool count_include_pad = true;
     int units = 0;
-    const float* weight = nullptr;  // into graph_.model's tensors, which the Graph keeps alive
-    const float* bias = nullptr;
+    const float* weight = nullptr;  // into graph_.model's tensors, which the Graph keeps alive,
+    const float* bias = nullptr;    // or into owned_ (reduced precisions)
+    float input_scale = 0;          // int8: the input's quantization scale (0: read it as it is)
   };
 
   // Value `value` of the sample being computed in `arena` (a thread's single-sample arena).
   float* value_in(float* arena, int value) const { return arena + graph_.values[value].arena_offset; }
-  void run_sample(const void* input, int s, float* arena, double* scratch, std::span<float* const> outputs) const;
+  void run_sample(const void* input, int s, float* arena, double* scratch, float* quantized,
+                  std::span<float* const> outputs) const;
+  void prepare_reduced_precision(const CompileOptions& options);
+  void round_value(float* v, int64_t n) const;  // fp16 / bf16 storage
 
   Graph graph_;
   int max_batch_ = 0;
@@ -63,6 +67,10 @@ class ReferenceExecutable : public Executable {
   int64_t work_per_sample_ = 0;  // multiply-adds, roughly: decides how many threads a batch gets
   Dims3 raw_dims_;
   std::string summary_;
+  Precision precision_ = Precision::FP32;
+  std::vector<std::vector<float>> owned_;  // weights and biases rounded or quantized (reduced precisions)
+  int64_t quantized_per_thread_ = 0;
+  std::vector<float> quantized_;  // threads_ x quantized_per_thread_: an int8 step's dequantized input
   const void* staged_input_ = nullptr;
   std::vector<std::vector<float>> staged_outputs_;  // per output: max_batch x elements
   std::vector<float*> staged_pointers_;

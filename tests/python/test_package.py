@@ -222,7 +222,7 @@ def test_unknown_and_unavailable_backends():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"precision": "fp16"}, "precision must be 'fp32' or 'tf32'"),
+    ({"precision": "fp8"}, "precision must be 'fp32', 'tf32', 'fp16', 'bf16' or 'int8'"),
     ({"max_batch": 0}, "max_batch must be >= 1"),
     ({"threads": -1}, "threads must be >= 0"),
 ])
