@@ -125,3 +125,34 @@ def test_python_reader_checks_calibration_as_the_loader_does(tmp_path):
     mf.write_model(tmp_path / "ok.json", graph, src.tensors)
     proc = run_engine("info", tmp_path / "ok.json")  # and the C++ loader takes what the writer wrote
     assert "calibrated: 1 ranges" in proc.stdout
+
+
+def test_float32_input_model_and_int8_on_the_reference(tmp_path):
+    """A float32-input model: the input's range is max |x| of the samples; then --precision int8 on
+    the reference backend runs it and stays close to fp32."""
+    from _train_support import write_idx_floats
+    g = {"format": "cnn-engine-model", "version": 1, "name": "mlp", "weights": {"file": "m.safetensors", "sha256": "0" * 64},
+         "input": {"name": "x", "dtype": "float32", "shape": [6]},
+         "nodes": [{"name": "d", "op": "dense", "inputs": ["x"], "attrs": {"units": 3},
+                    "tensors": {"weight": "w", "bias": "b"}},
+                   {"name": "s", "op": "softmax", "inputs": ["d"]}],
+         "outputs": ["s"]}
+    rng = np.random.default_rng(5)
+    t = {"w": rng.standard_normal((3, 6)).astype(np.float32), "b": rng.standard_normal(3).astype(np.float32)}
+    model = mf.write_model(tmp_path / "mlp.json", g, t).path
+    x = rng.standard_normal((50, 6)).astype(np.float32)
+    data = write_idx_floats(tmp_path / "x.idx", x)
+    out = tmp_path / "cal.json"
+    refused = run_engine("run", model, data, "--backend", "reference", "--precision", "int8", check=False)
+    assert refused.returncode == 1 and "has no calibration data, which int8 needs" in refused.stderr
+    run_engine("calibrate", model, data, "-o", out)
+    cal = json.loads(out.read_text())["calibration"]
+    assert cal["ranges"]["x"] == pytest.approx(float(np.abs(x).max()), rel=1e-7)
+    dumps = {}
+    for p in ("fp32", "int8"):
+        run_engine("run", out, data, "--backend", "reference", "--precision", p, "--dump-outputs", tmp_path / f"{p}.npy")
+        dumps[p] = np.load(tmp_path / f"{p}.npy")
+    assert not np.array_equal(dumps["fp32"], dumps["int8"])
+    assert np.abs(dumps["fp32"] - dumps["int8"]).max() < 0.05
+    cpu = run_engine("run", out, data, "--backend", "cpu", "--precision", "int8", check=False)
+    assert cpu.returncode == 1 and "backend 'cpu' does not compute int8" in cpu.stderr
