@@ -76,7 +76,7 @@ TEST_F(EngineCli, UsageErrorsExitWith2) {
            {"run", "m.json"},
            {"run", "m.json", "d.idx", "--bogus"},
            {"run", "m.json", "d.idx", "--batch", "0"},
-           {"run", "m.json", "d.idx", "--precision", "fp16"},
+           {"run", "m.json", "d.idx", "--precision", "fp8"},
            {"run", "m.json", "d.idx", "--threads", "0"},
            {"bench", "m.json", "--threads", "-2"},
            {"show", "d.idx", "--index", "seven"},
