@@ -29,7 +29,24 @@ inline float round_to_bf16(float x) {
   return x;
 }
 
-inline float round_to_fp16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+// To the nearest half (IEEE binary16), ties to even, as a float: written out, since _Float16 is not
+// available on every compiler and target (clang for x86-64 without AVX512-FP16 refuses it).
+inline float round_to_fp16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t sign = u & 0x80000000u, a = u & 0x7FFFFFFFu;
+  if (a >= 0x7F800000u) return x;                                // inf and NaN stay
+  if (a >= 0x477FF000u) return sign ? -INFINITY : INFINITY;      // 65520 and up round past 65504
+  if (a >= 0x38800000u) {                                        // a normal half (>= 2^-14): 10 bits
+    uint32_t r = (a + 0xFFFu + ((a >> 13) & 1u)) & 0xFFFFE000u;  // round to nearest even on bit 13
+    r |= sign;
+    std::memcpy(&x, &r, 4);
+    return x;
+  }
+  // A subnormal half: multiples of 2^-24 (the scaling by 2^24 is exact; nearbyint rounds to even).
+  const float q = std::nearbyint(std::fabs(x) * 0x1p24f) * 0x1p-24f;
+  return sign ? -q : q;
+}
 
 // x quantized with scale s and dequantized: clamp(rne(x / s), -127, 127) * s; s = 0 gives 0.
 inline float fake_quantize(float x, float s) {
