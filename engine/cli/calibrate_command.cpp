@@ -9,7 +9,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,10 +17,10 @@
 #include <vector>
 
 #include "engine/cli/commands.hpp"
+#include "engine/cli/train_data.hpp"
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/error.hpp"
-#include "formats/idx.hpp"
 #include "formats/model_loader.hpp"
 #include "formats/model_writer.hpp"
 
@@ -30,44 +29,8 @@ namespace {
 
 constexpr int kBins = 4096;
 
-struct Samples {
-  std::string source;
-  int64_t count = 0;
-  size_t sample_bytes = 0;
-  std::vector<uint8_t> bytes;  // raw samples, as Executable::run takes them
-};
-
-Samples load_samples(const formats::Model& model, const std::string& path) {
-  Samples s;
-  const auto& in = model.input;
-  if (in.dtype == formats::InputDType::Float32) {
-    formats::FloatBatch f = formats::read_idx_floats(path);
-    if (f.sample_shape != in.raw_shape)
-      throw formats::FormatError(path, fmt::format("samples are {} but model '{}' expects float32 {}",
-                                                   formats::shape_to_string(f.sample_shape), model.name,
-                                                   formats::shape_to_string(in.raw_shape)));
-    s.source = f.source;
-    s.count = f.count;
-    s.sample_bytes = size_t(formats::element_count(in.raw_shape)) * sizeof(float);
-    s.bytes.resize(f.values.size() * sizeof(float));
-    std::memcpy(s.bytes.data(), f.values.data(), s.bytes.size());
-  } else {
-    formats::ImageBatch im = formats::read_images(path);
-    const formats::Shape have{im.channels, im.height, im.width};
-    if (have != in.raw_shape)
-      throw formats::FormatError(path, fmt::format("images are {}x{}x{} (CxHxW) but model '{}' expects {}", im.channels,
-                                                   im.height, im.width, model.name, formats::shape_to_string(in.raw_shape)));
-    s.source = im.source;
-    s.count = im.count;
-    s.sample_bytes = size_t(formats::element_count(in.raw_shape));
-    s.bytes = std::move(im.pixels);
-  }
-  if (s.count < 1) throw formats::FormatError(path, "holds no samples");
-  return s;
-}
-
 // max |x| of the preprocessed input over the first `count` samples (padding included).
-double input_range(const formats::Model& model, const Samples& s, int64_t count) {
+double input_range(const formats::Model& model, const SampleSet& s, int64_t count) {
   const auto& in = model.input;
   double hi = 0;
   if (in.dtype == formats::InputDType::Float32) {
@@ -76,7 +39,6 @@ double input_range(const formats::Model& model, const Samples& s, int64_t count)
     return hi;
   }
   const auto& p = *in.preprocess;
-  const int64_t plane = in.raw_shape[1] * in.raw_shape[2];
   bool seen[256] = {};
   for (size_t i = 0; i < size_t(count) * s.sample_bytes; ++i) seen[s.bytes[i]] = true;
   for (int64_t c = 0; c < in.raw_shape[0]; ++c)
@@ -86,7 +48,6 @@ double input_range(const formats::Model& model, const Samples& s, int64_t count)
         const float x = (float(v) * p.scale - p.mean[size_t(c)]) / p.std[size_t(c)];
         hi = std::max(hi, double(std::fabs(x)));
       }
-  (void)plane;
   if (p.pad_top || p.pad_bottom || p.pad_left || p.pad_right) hi = std::max(hi, double(std::fabs(p.pad_value)));
   return hi;
 }
@@ -112,7 +73,7 @@ int calibrate_command(const CalibrateOptions& o) {
   auto backend = BackendRegistry::instance().create(o.backend.empty() ? "cpu" : o.backend);
   const formats::Model model = formats::load_model(o.model);
   formats::require_weights(model);
-  const Samples samples = load_samples(model, o.data);
+  const SampleSet samples = load_samples(model, o.data, "calibration data");
   const int64_t count = std::min<int64_t>(o.images, samples.count);
 
   // Every node's value as an output of the probe graph, in the plan's order.

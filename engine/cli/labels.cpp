@@ -8,8 +8,6 @@
 
 namespace engine::cli {
 
-namespace {
-
 std::optional<Labels> load_labels_for(const std::string& source, int64_t count, const char* noun,
                                       const std::string& explicit_path) {
   std::string path = explicit_path;
@@ -26,8 +24,6 @@ std::optional<Labels> load_labels_for(const std::string& source, int64_t count, 
                                                  noun, count == 1 ? "" : "s"));
   return labels;
 }
-
-}  // namespace
 
 std::optional<Labels> load_labels(const formats::ImageBatch& images, const std::string& explicit_path) {
   return load_labels_for(images.source, images.count, "image", explicit_path);

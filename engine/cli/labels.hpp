@@ -19,5 +19,8 @@ struct Labels {
 std::optional<Labels> load_labels(const formats::ImageBatch& images, const std::string& explicit_path);
 // The same for the float32 samples of a float32-input model.
 std::optional<Labels> load_labels(const formats::FloatBatch& samples, const std::string& explicit_path);
+// The same for `count` samples read from `source`; `noun` ("image", "sample") names them in messages.
+std::optional<Labels> load_labels_for(const std::string& source, int64_t count, const char* noun,
+                                      const std::string& explicit_path);
 
 }  // namespace engine::cli

@@ -160,8 +160,8 @@ void ReferenceExecutable::prepare_reduced_precision(const CompileOptions& option
                                                 "node: calibrate the model again (engine calibrate)",
                                                 model.name, graph_.values[step.inputs[0]].name,
                                                 formats::op_name(step.op)));
-      step.input_scale = float(*r) / 127.0f;
-      if (step.input_scale == 0.0f) step.input_scale = 0.0f;  // an all-zero value: q * 0
+      step.quantize_input = true;
+      step.input_scale = float(*r) / 127.0f;  // 0 for a value calibrated as all zeros: it reads as 0
       owned_.push_back(quantize_per_channel(step.weight, rows, weight_count / rows));
       step.weight = owned_.back().data();
       quantized_per_thread_ = std::max(quantized_per_thread_, graph_.values[step.inputs[0]].elements);
@@ -205,7 +205,7 @@ void ReferenceExecutable::run_sample(const void* input, int s, float* arena, dou
   for (const Step& step : steps_) {
     const float* a = value_in(arena, step.inputs[0]);
     float* y = value_in(arena, step.output);
-    if (step.input_scale > 0 || (precision_ == Precision::INT8 && step.weight && step.op != OpType::ScaleShift)) {
+    if (step.quantize_input) {
       const int64_t n = graph_.values[step.inputs[0]].elements;
       for (int64_t i = 0; i < n; ++i) quantized[i] = fake_quantize(a[i], step.input_scale);
       a = quantized;

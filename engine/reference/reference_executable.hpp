@@ -46,7 +46,8 @@ class ReferenceExecutable : public Executable {
     int units = 0;
     const float* weight = nullptr;  // into graph_.model's tensors, which the Graph keeps alive,
     const float* bias = nullptr;    // or into owned_ (reduced precisions)
-    float input_scale = 0;          // int8: the input's quantization scale (0: read it as it is)
+    bool quantize_input = false;    // int8 conv2d / dense: read the input quantized with input_scale
+    float input_scale = 0;
   };
 
   // Value `value` of the sample being computed in `arena` (a thread's single-sample arena).
