@@ -132,7 +132,8 @@ class ConvStep final : public Step {
     const float one = 1.0f, zero = 0.0f;
     const bool has_bias = bias_.size() > 0;
     if (has_bias && (fuse_relu_ || fused_identity_)) {
-      // y = act(1 * conv(x) + 0 * z + bias); z aliases y, and with alpha2 = 0 cuDNN does not read it.
+      // y = act(1 * conv(x) + 0 * z + bias); z aliases y. With alpha2 = 0 cuDNN does not use z, but its
+      // TF32 engines still read it (an NCHW-to-NHWC copy): y must be initialised memory (initcheck).
       CUDNN_CHECK_CTX(cudnnConvolutionBiasActivationForward(
                           ctx.cudnn, &one, x_desc_, x_, filter_desc_, weight_.data(), conv_desc_, choice_.algo,
                           ctx.workspace, ctx.workspace_bytes, &zero, y_desc_, y_, bias_desc_, bias_.data(),

@@ -109,6 +109,10 @@ class SpaceToDepthConvStep final : public Step {
     const size_t in_sample = size_t(c_) * h_ * w_, out_sample = size_t(k_) * oh_ * ow_;
     xs_ = gpu::DeviceBuffer<float>(size_t(ctx.max_batch) * in_sample, label_ + ": space-to-depth input");
     ys_ = gpu::DeviceBuffer<float>(size_t(ctx.max_batch) * out_sample, label_ + ": space-to-depth output");
+    // Poisoned like the arena (0xFF bytes: NaN): cuDNN's TF32 engines read the fused convolution's
+    // z operand (= ys) even with alpha2 = 0, and never-written memory is an initcheck error.
+    CUDA_CHECK_CTX(cudaMemsetAsync(xs_.data(), 0xFF, xs_.bytes(), ctx.stream), label_);
+    CUDA_CHECK_CTX(cudaMemsetAsync(ys_.data(), 0xFF, ys_.bytes(), ctx.stream), label_);
     conv_ = make_conv_step(ctx, s2d, Shape{4 * c_, h_ / 2, w_ / 2}, xs_.data(), ys_.data(), ConvFusion{}, "");
     if (activation_) {
       cudnnActivationMode_t mode = CUDNN_ACTIVATION_RELU;

@@ -42,6 +42,7 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   ctx.options = options_;
   ctx.max_batch = max_batch_;
   ctx.workspace_limit = std::min(kConvWorkspaceLimit, free_bytes / 4);
+  ctx.stream = stream();
   build_steps(ctx);
 
   size_t workspace = 0;

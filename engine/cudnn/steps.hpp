@@ -26,6 +26,7 @@ struct BuildContext {
   CompileOptions options;
   int max_batch = 1;
   size_t workspace_limit = 0;  // largest convolution workspace an algorithm may ask for (bytes)
+  cudaStream_t stream = nullptr;  // the executable's stream, for poisoning a step's private buffers
 };
 
 // What every step sees while it runs.

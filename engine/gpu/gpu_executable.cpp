@@ -99,6 +99,25 @@ GpuExecutable::~GpuExecutable() {
   }
 }
 
+namespace {
+
+// Whether the first and the last byte of [data, data + bytes) are page-locked host memory (registered
+// by cudaHostRegister or allocated by cudaMallocHost). Unregistered memory answers
+// cudaMemoryTypeUnregistered, not an error (CUDA 11 and later).
+bool host_range_registered(const void* data, size_t bytes) {
+  for (const void* p : {data, static_cast<const void*>(static_cast<const uint8_t*>(data) + bytes - 1)}) {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (attributes.type != cudaMemoryTypeHost) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool GpuExecutable::pin_host_input(const void* data, size_t bytes) {
   if (pinned_user_ || data == nullptr || bytes == 0) return false;
   // Page-locking is a plan-time cost (about a millisecond per 10 MB); if the system refuses (locked
@@ -106,16 +125,19 @@ bool GpuExecutable::pin_host_input(const void* data, size_t bytes) {
   // With unified addressing (every 64-bit CUDA platform) registered memory is portable: page-locked
   // for every device. Another executable of the same input (one per GPU, engine/core/multi_device.hpp)
   // may have registered it already; then it is used as is and left for that one to unregister
-  // (executables of a multi-device executable all live and die together).
-  const cudaError_t status = cudaHostRegister(const_cast<void*>(data), bytes, cudaHostRegisterPortable);
-  if (status != cudaSuccess && status != cudaErrorHostMemoryAlreadyRegistered) {
-    cudaGetLastError();
-    return false;
+  // (executables of a multi-device executable all live and die together). Asked first rather than
+  // learnt from cudaErrorHostMemoryAlreadyRegistered: compute-sanitizer counts every API error.
+  bool owned = false;
+  if (!host_range_registered(data, bytes)) {
+    if (cudaHostRegister(const_cast<void*>(data), bytes, cudaHostRegisterPortable) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    owned = true;
   }
-  if (status == cudaErrorHostMemoryAlreadyRegistered) cudaGetLastError();
   pinned_user_ = static_cast<const uint8_t*>(data);
   pinned_user_bytes_ = bytes;
-  pinned_user_owned_ = status == cudaSuccess;
+  pinned_user_owned_ = owned;
   return true;
 }
 
