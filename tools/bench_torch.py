@@ -11,9 +11,12 @@ to_torch), on the same GPU, and measures what `engine bench` measures, the same 
 each in two modes: `eager` (PyTorch launches every op; the engine's `plain`) and `graph` (the
 compute part captured once as a CUDA graph and replayed; the engine's `graph`). Times come from CUDA
 events recorded between the parts, every iteration synchronised, after a warm-up, over repetitions
-of at least --iterations and --duration. fp32 throughout: TF32 is switched off for convolutions and
+of at least --iterations and --duration. fp32 by default: TF32 is switched off for convolutions and
 matrix products (PyTorch enables it for cuDNN convolutions by default) so both sides do the same
-arithmetic.
+arithmetic. --dtype fp32,fp16,bf16 adds reduced-precision configurations as PyTorch users run them:
+the module in half / bfloat16 and channels_last (NHWC: what cuDNN's tensor-core kernels read), the
+preprocessing in float32 as the spec fixes it; results carry "dtype", and the ratios pair an engine
+run of --precision P with PyTorch's P.
 
 With --engine BENCH.json (the output of `engine bench --json`), the settings (batches, warm-up,
 iterations, duration, repetitions, percentiles) default to that run's and the report ends with
@@ -131,8 +134,8 @@ class Timer:
 class Case:
     """One (batch, mode) of the model: static buffers, and the compute part eager or as a graph."""
 
-    def __init__(self, torch, gm, graph_json, device, n, mode):
-        self.torch, self.gm, self.device, self.n, self.mode = torch, gm, device, n, mode
+    def __init__(self, torch, gm, graph_json, device, n, mode, dtype="fp32"):
+        self.torch, self.gm, self.device, self.n, self.mode, self.dtype = torch, gm, device, n, mode, dtype
         spec = graph_json["input"]
         shape = (n,) + tuple(spec["shape"])
         gen = torch.Generator().manual_seed(1234)
@@ -145,6 +148,8 @@ class Case:
         self.dev_in = self.host_in.to(device)
         with torch.inference_mode():
             self.pre = gm.preprocess(self.dev_in)      # the compute scope's input
+            if dtype != "fp32":
+                self.pre = self.pre.contiguous(memory_format=torch.channels_last)
             out = first(gm(self.dev_in))
         self.host_out = torch.empty(out.shape, dtype=out.dtype, pin_memory=cuda)
         self.graph_compute = self.graph_full = None
@@ -243,7 +248,8 @@ def bench_case(case, scope, s, log):
     sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
     latency = stats(all_samples["latency"], s["percentiles"])
     result = {
-        "backend": "pytorch", "batch": case.n, "scope": scope, "mode": case.mode,
+        "backend": "pytorch", "batch": case.n, "scope": scope, "mode": case.mode, "dtype": case.dtype,
+        "memory_format": "channels_last" if case.dtype != "fp32" else "contiguous",
         "device": "gpu" if case.device.type == "cuda" else "cpu",
         "images_per_s": case.n / (latency["median"] * 1e-3),
         "wall_images_per_s": sum(case.n * r["iterations"] for r in reps) / sum(r["seconds"] for r in reps),
@@ -254,7 +260,7 @@ def bench_case(case, scope, s, log):
         for k in ("h2d", "compute", "d2h"):
             result[f"{k}_ms"] = stats(all_samples[k], s["percentiles"])
     result["repetitions"] = reps
-    log(f"pytorch {case.mode:5s} batch {case.n:6d} {scope:7s}: {si(result['images_per_s'])} images/s, "
+    log(f"pytorch {case.dtype} {case.mode:5s} batch {case.n:6d} {scope:7s}: {si(result['images_per_s'])} images/s, "
         f"median {latency['median']:.4f} ms (±{result['spread_pct']:.1f}% over {len(reps)} repetitions)")
     return result
 
@@ -266,6 +272,9 @@ MODE_MATCH = {"plain": "eager", "graph": "graph"}
 
 
 def ratios(engine_json, torch_results):
+    # The engine run's precision against PyTorch's same dtype (fp32 when either says nothing).
+    dtype = engine_json.get("precision", "fp32")
+    torch_results = [r for r in torch_results if r.get("dtype", "fp32") == dtype]
     by_key = {(r["batch"], r["scope"], r["mode"]): r for r in torch_results}
     out = []
     for r in engine_json.get("results", []):
@@ -278,7 +287,7 @@ def ratios(engine_json, torch_results):
         # Against the best PyTorch mode too: the engine's plain launches vs PyTorch's CUDA graph.
         best = max((x for x in torch_results if x["batch"] == r["batch"] and x["scope"] == r["scope"]),
                    key=lambda x: x["images_per_s"])
-        out.append({"backend": r["backend"], "batch": r["batch"], "scope": r["scope"], "mode": r["mode"],
+        out.append({"backend": r["backend"], "precision": dtype, "batch": r["batch"], "scope": r["scope"], "mode": r["mode"],
                     "engine_images_per_s": r["images_per_s"], "pytorch_mode": t["mode"],
                     "pytorch_images_per_s": t["images_per_s"], "ratio": r["images_per_s"] / t["images_per_s"],
                     "pytorch_best_mode": best["mode"],
@@ -326,6 +335,8 @@ def main(argv=None):
                     help="skip larger batches (default: none on a GPU, 4096 on the CPU)")
     ap.add_argument("--threads", type=int, default=None,
                     help="PyTorch CPU threads (default: the engine run's host threads, else PyTorch's own)")
+    ap.add_argument("--dtype", default="fp32",
+                    help="fp32, fp16, bf16, comma-separated (default fp32); fp16/bf16 run channels_last")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
 
@@ -361,28 +372,40 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = False
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
+    dtypes = parse_list(args.dtype, str)
+    if not dtypes or any(d not in ("fp32", "fp16", "bf16") for d in dtypes):
+        ap.error(f"--dtype takes fp32, fp16, bf16, comma-separated: {args.dtype!r}")
     model = mf.read_model(args.model)
-    gm = mf.to_torch(model).eval().to(device)
+    modules = {}
+    for d in dtypes:
+        gm = mf.to_torch(model).eval().to(device)
+        if d != "fp32":
+            gm = gm.to(dtype=torch.float16 if d == "fp16" else torch.bfloat16).to(memory_format=torch.channels_last)
+            for name in ("mean", "std"):  # the preprocessing's constants stay float32, as the spec fixes them
+                if hasattr(gm.preprocess, name):
+                    setattr(gm.preprocess, name, getattr(gm.preprocess, name).float())
+        modules[d] = gm
 
     results, skipped = [], []
-    for n in s["batches"]:
+    for n, d, mode in [(n, d, mode) for n in s["batches"] for d in dtypes for mode in modes]:
+        gm = modules[d]
         if max_batch is not None and n > max_batch:
-            skipped.append({"backend": "pytorch", "batch": n, "reason": f"batch > --max-batch {max_batch}"})
+            if d == dtypes[0] and mode == modes[0]:
+                skipped.append({"backend": "pytorch", "batch": n, "reason": f"batch > --max-batch {max_batch}"})
             continue
-        for mode in modes:
-            try:
-                case = Case(torch, gm, model.graph, device, n, mode)
-                finite = case.outputs_finite()
-                for scope in scopes:
-                    r = bench_case(case, scope, s, log)
-                    r["outputs_finite"] = finite
-                    results.append(r)
-                del case
-            except RuntimeError as e:  # out of memory included (torch.cuda.OutOfMemoryError)
-                skipped.append({"backend": "pytorch", "batch": n, "reason": f"{mode}: {e}".splitlines()[0]})
-                log(f"pytorch {mode} batch {n}: skipped: {str(e).splitlines()[0]}")
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        try:
+            case = Case(torch, gm, model.graph, device, n, mode, d)
+            finite = case.outputs_finite()
+            for scope in scopes:
+                r = bench_case(case, scope, s, log)
+                r["outputs_finite"] = finite
+                results.append(r)
+            del case
+        except RuntimeError as e:  # out of memory included (torch.cuda.OutOfMemoryError)
+            skipped.append({"backend": "pytorch", "batch": n, "reason": f"{d} {mode}: {e}".splitlines()[0]})
+            log(f"pytorch {d} {mode} batch {n}: skipped: {str(e).splitlines()[0]}")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
     dev_json = {"available": device.type == "cuda"}
     if device.type == "cuda":
@@ -403,7 +426,7 @@ def main(argv=None):
                     "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
                     "cudnn_benchmark": torch.backends.cudnn.benchmark,
                     "module": "cnnengine.model_format.to_torch (reference interpreter, native torch ops)"},
-        "settings": dict(s, modes=modes, no_data_transfers=args.no_data_transfers, max_batch=max_batch),
+        "settings": dict(s, modes=modes, dtypes=dtypes, no_data_transfers=args.no_data_transfers, max_batch=max_batch),
         "results": results, "skipped": skipped,
     }
 
@@ -414,7 +437,8 @@ def main(argv=None):
     rows = [header]
     for r in results:
         lat = r["latency_ms"]
-        rows.append([str(r["batch"]), r["mode"], r["scope"], si(r["images_per_s"]), f"{r['spread_pct']:.1f}",
+        mode = r["mode"] if r["dtype"] == "fp32" else f"{r['mode']} {r['dtype']} channels_last"
+        rows.append([str(r["batch"]), mode, r["scope"], si(r["images_per_s"]), f"{r['spread_pct']:.1f}",
                      f"{lat['median']:.4f}"] + [f"{lat[f'p{p:g}']:.4f}" for p in s["percentiles"]])
     widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
     for row in rows:

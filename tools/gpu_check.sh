@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|crossover|multi|train|train-accuracy|train-recipes]...
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|precision|crossover|multi|train|train-accuracy|train-recipes]...
 #   (default: build test sanitize run)
 # train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz;
 # train-accuracy also Fashion-MNIST's, in data/fashion/ (from Debian's dataset-fashion-mnist).
@@ -111,6 +111,35 @@ PY
       return $rc
     }
     bench_all 2>&1 | tee "$OUT/bench.log" || status=1
+    ;;
+  precision)
+    # Issue 15 on the cudnn backend: the storage tests (NHWC at fp32 parity, fp16/bf16 against the
+    # reference's emulation, LeNet-5 on MNIST), then engine bench of cudnn fp32 / fp16 / bf16 with
+    # A/B of the layout (ENGINE_CUDNN_LAYOUT=nchw) and of space-to-depth (ENGINE_CUDNN_S2D=0), PyTorch
+    # fp32 and fp16 / bf16 channels_last, and every model's accuracy per precision
+    # (tools/precision_report.py). PREC_BATCHES (default 1024,65536). Files: precision-*.json,
+    # precision.log, precision-tests.log.
+    prec_all() {
+      local rc=0 model=${BENCH_MODEL:-models/lenet5.json} batches=${PREC_BATCHES:-1024,65536}
+      local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+      local common=(--batch "$batches" --cuda-graph --no-data-transfers --duration "${BENCH_DURATION:-0.5}" --repetitions 3)
+      timeout 200 $B/tests/gpu/gpu_tests --gtest_filter='CudnnLayout*:CudnnReduced*' >"$OUT/precision-tests.log" 2>&1 || rc=1
+      grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED|Failure" -A2 "$OUT/precision-tests.log" | grep -v "^--" | tail -60
+      for p in fp32 fp16 bf16; do
+        timeout 100 $B/engine bench "$model" --backend cudnn --precision $p "${common[@]}" \
+          --json "$OUT/precision-cudnn-$p.json" 2>&1 | grep -E "images/s|skipped" || rc=1
+      done
+      ENGINE_CUDNN_LAYOUT=nchw timeout 100 $B/engine bench "$model" --backend cudnn --precision fp16 "${common[@]}" \
+        2>&1 | grep -E "images/s|skipped" | sed 's/^/[fp16 NCHW] /'
+      ENGINE_CUDNN_S2D=0 timeout 100 $B/engine bench "$model" --backend cudnn --precision fp16 "${common[@]}" \
+        2>&1 | grep -E "images/s|skipped" | sed 's/^/[fp16 no s2d] /'
+      timeout 150 "$py" tools/bench_torch.py "$model" --engine "$OUT/precision-cudnn-fp16.json" --dtype fp32,fp16,bf16 \
+        --no-data-transfers --json "$OUT/precision-torch.json" || rc=1
+      CNN_SHARED_DATA=$PWD/data FASHION_MNIST_DIR=$PWD/data/fashion ENGINE_BIN=$B/engine timeout 200 "$py" \
+        tools/precision_report.py --backend cudnn --precisions fp16,bf16 --json "$OUT/precision-accuracy.json" || rc=1
+      return $rc
+    }
+    prec_all 2>&1 | tee "$OUT/precision.log" || status=1
     ;;
   perf)
     # The fused path against everything else on this GPU, in one call (docs/perf-fused-gpu.md):

@@ -22,6 +22,7 @@ struct ModelBenchOptions {
   bool no_data_transfers = false;  // compute-only scope only
   bool no_fuse = false;            // per-node kernels even where a backend would fuse
   bool nondeterministic = false;   // let backends measure algorithms of any determinism (cudnn)
+  std::string precision = "fp32";  // CompileOptions::precision, by name (engine run --precision)
   bool profile = false;            // per-layer table from a separate run
   int profile_batch = 0;           // 0: the largest batch whose latency was <= 50 ms
   int max_cpu_batch = 4096;        // larger batches are skipped on the CPU backends (time)

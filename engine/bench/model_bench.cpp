@@ -415,6 +415,7 @@ void ModelBench::bench_split(Backend& backend, const std::string& name, int n) {
   CompileOptions copts;
   copts.fuse = !o_.no_fuse;
   copts.deterministic = !o_.nondeterministic;
+  copts.precision = parse_precision(o_.precision).value_or(Precision::FP32);
   copts.threads = o_.threads;
   try {
     multi_.push_back(bench_multi_device(backend, *graph_, copts, devices_, n, settings));
@@ -448,6 +449,7 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
       copts.max_batch = n;
       copts.fuse = !o_.no_fuse;
       copts.deterministic = !o_.nondeterministic;
+      copts.precision = parse_precision(o_.precision).value_or(Precision::FP32);
       copts.threads = o_.threads;
       if (!devices_.empty()) copts.device = devices_.front();
       exe = backend.compile(*graph_, copts);
@@ -600,6 +602,7 @@ void ModelBench::profile(Backend& backend, const std::string& name, int n) {
   copts.max_batch = n;
   copts.fuse = !o_.no_fuse;
   copts.deterministic = !o_.nondeterministic;
+  copts.precision = parse_precision(o_.precision).value_or(Precision::FP32);
   copts.threads = o_.threads;
   std::vector<double> cumulative(model.nodes.size(), 0.0);
   double previous = 0;
@@ -793,6 +796,7 @@ Json ModelBench::to_json() const {
   j["schema"] = "cnn-engine-bench/1";
   j["tool"] = "engine bench";
   j["command"] = o_.command_line;
+  j["precision"] = o_.precision;
   j["git_commit"] = git_commit();
   j["timestamp"] = timestamp_utc();
   j["complete"] = complete_;

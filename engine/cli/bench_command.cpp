@@ -61,6 +61,11 @@ CLI::App* add_bench_command(CLI::App& app) {
   cmd->add_flag("--no-fuse", o.no_fuse, "Run every node with its own kernel (the custom backend otherwise fuses chains)");
   cmd->add_flag("--nondeterministic", o.nondeterministic,
                 "As engine run --nondeterministic: backends may pick algorithms by measurement, of any determinism");
+  cmd->add_option("--precision", o.precision,
+                  "As engine run --precision: fp32, tf32, fp16, bf16 (cudnn: tensor cores), int8; a backend that "
+                  "does not compute it is reported skipped")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "int8"}))
+      ->capture_default_str();
   cmd->add_flag("--profile", o.profile, "Per-layer table (time, share, GFLOP/s, GB/s) from a separate run");
   cmd->add_option("--profile-batch", o.profile_batch,
                   "Batch of the --profile run (default: the largest whose median latency was <= 50 ms)")

@@ -57,9 +57,9 @@ std::map<std::string, AlgoChoice>& algo_cache() {
 
 class ConvStep final : public Step {
  public:
-  ConvStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const float* x, float* y,
+  ConvStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const void* x, void* y,
            ConvFusion fusion, const std::string& fused_name)
-      : Step(node_label(node)), y_(y), fuse_relu_(fusion.relu), fused_name_(fused_name) {
+      : Step(node_label(node)), storage_(ctx.storage), y_(y), fuse_relu_(fusion.relu), fused_name_(fused_name) {
     const auto& w = node.window;
     c_ = int(input_shape.at(0));
     h_ = int(input_shape.at(1));
@@ -81,18 +81,21 @@ class ConvStep final : public Step {
       pad_h = pad_w = 0;
     }
 
-    weight_ = upload(node.weight->values, label_ + " weight");
-    if (node.bias) bias_ = upload(node.bias->values, label_ + " bias");
+    // NHWC storage takes the filter as [k, kh, kw, c] (cuDNN's KRSC).
+    weight_ = upload(storage_.nhwc() ? nhwc_filter(node.weight->values, k_, c_, w.kernel_h, w.kernel_w)
+                                     : node.weight->values,
+                     storage_, label_ + " weight");
+    if (node.bias) bias_ = upload(node.bias->values, storage_, label_ + " bias");
 
-    CUDNN_CHECK_CTX(cudnnSetFilter4dDescriptor(filter_desc_, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, k_, c_,
-                                               w.kernel_h, w.kernel_w),
+    CUDNN_CHECK_CTX(cudnnSetFilter4dDescriptor(filter_desc_, storage_.dtype, storage_.format, k_, c_, w.kernel_h,
+                                               w.kernel_w),
                     label_);
     CUDNN_CHECK_CTX(cudnnSetConvolution2dDescriptor(conv_desc_, pad_h, pad_w, w.stride_h, w.stride_w, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                     label_);
     const bool fp32 = ctx.options.precision == Precision::FP32;
     CUDNN_CHECK_CTX(cudnnSetConvolutionMathType(conv_desc_, fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), label_);
-    set_nchw(bias_desc_, 1, k_, 1, 1, label_);
+    set_flat(bias_desc_, storage_, 1, k_, 1, 1, label_);
     CUDNN_CHECK_CTX(cudnnSetActivationDescriptor(relu_desc_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
                     label_);
     CUDNN_CHECK_CTX(
@@ -173,8 +176,8 @@ class ConvStep final : public Step {
 
  private:
   void set_descriptors(int n) {
-    set_nchw(x_desc_, n, c_, in_h_, in_w_, label_);
-    set_nchw(y_desc_, n, k_, oh_, ow_, label_);
+    set_4d(x_desc_, storage_, n, c_, in_h_, in_w_, label_);
+    set_4d(y_desc_, storage_, n, k_, oh_, ow_, label_);
   }
 
   // Workspace for n samples, or throws CUDNN_STATUS_NOT_SUPPORTED & co. Leaves descriptors at n.
@@ -191,9 +194,9 @@ class ConvStep final : public Step {
     int device = 0;
     cudaGetDevice(&device);
     const bool act = fuse_relu_;
-    return fmt::format("dev{} x[{},{},{}] k{} f{}x{} conv-desc-out[{},{}] pad{} B{} {} {} {}", device, c_, in_h_,
+    return fmt::format("dev{} x[{},{},{}] k{} f{}x{} conv-desc-out[{},{}] pad{} B{} {} {} {} {}", device, c_, in_h_,
                        in_w_, k_, filter_h_, filter_w_, oh_, ow_, pad_key_, ctx.max_batch,
-                       ctx.options.precision == Precision::FP32 ? "fp32" : "tf32",
+                       precision_name(ctx.options.precision), storage_.layout_name(),
                        ctx.options.deterministic ? "det" : "nondet", act ? "relu" : "");
   }
 
@@ -317,11 +320,12 @@ class ConvStep final : public Step {
     }
     throw std::runtime_error(fmt::format("{}: no usable cuDNN forward algorithm ({}{} candidates: {})", label_,
                                          ctx.options.deterministic ? "deterministic, " : "",
-                                         fp32 ? "fp32" : "tf32", perfs.size(), rejected));
+                                         precision_name(ctx.options.precision), perfs.size(), rejected));
   }
 
-  const float* x_ = nullptr;  // the node's input, or the padded copy of it
-  float* y_ = nullptr;
+  Storage storage_;
+  const void* x_ = nullptr;  // the node's input, or the padded copy of it
+  void* y_ = nullptr;
   bool fuse_relu_ = false;
   bool fused_identity_ = false;
   std::string fused_name_;
@@ -330,7 +334,7 @@ class ConvStep final : public Step {
   std::string pad_key_;
   cudnnHandle_t cudnn_ = nullptr;
   std::optional<ExplicitPad> pad_;
-  gpu::DeviceBuffer<float> weight_, bias_;
+  gpu::DeviceBuffer<unsigned char> weight_, bias_;
   TensorDesc x_desc_, y_desc_, bias_desc_;
   FilterDesc filter_desc_;
   ConvDesc conv_desc_;
@@ -342,7 +346,7 @@ class ConvStep final : public Step {
 }  // namespace
 
 std::unique_ptr<Step> make_conv_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
-                                     const float* x, float* y, ConvFusion fusion, const std::string& fused_name) {
+                                     const void* x, void* y, ConvFusion fusion, const std::string& fused_name) {
   return std::make_unique<ConvStep>(ctx, node, input_shape, x, y, fusion, fused_name);
 }
 

@@ -49,16 +49,22 @@ CopyKind copy_kind() {
   return env && std::strcmp(env, "transform") == 0 ? CopyKind::Transform : CopyKind::Add;
 }
 
-// A 5-D float tensor descriptor from dims and strides.
-void set_5d(cudnnTensorDescriptor_t desc, const int (&dims)[5], const int (&strides)[5], const std::string& label) {
-  CUDNN_CHECK_CTX(cudnnSetTensorNdDescriptor(desc, CUDNN_DATA_FLOAT, 5, dims, strides), label);
+// A 5-D tensor descriptor of the storage's type from dims and strides.
+void set_5d(cudnnTensorDescriptor_t desc, const Storage& s, const int (&dims)[5], const int (&strides)[5],
+            const std::string& label) {
+  CUDNN_CHECK_CTX(cudnnSetTensorNdDescriptor(desc, s.dtype, 5, dims, strides), label);
 }
 
 class SpaceToDepthConvStep final : public Step {
  public:
-  SpaceToDepthConvStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const float* x,
-                       float* y, std::optional<OpType> activation, const std::string& activation_name)
-      : Step(node_label(node)), x_(x), y_(y), activation_(activation), activation_name_(activation_name) {
+  SpaceToDepthConvStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const void* x,
+                       void* y, std::optional<OpType> activation, const std::string& activation_name)
+      : Step(node_label(node)),
+        storage_(ctx.storage),
+        x_(x),
+        y_(y),
+        activation_(activation),
+        activation_name_(activation_name) {
     c_ = int(input_shape.at(0));
     h_ = int(input_shape.at(1));
     w_ = int(input_shape.at(2));
@@ -107,8 +113,10 @@ class SpaceToDepthConvStep final : public Step {
     }
 
     const size_t in_sample = size_t(c_) * h_ * w_, out_sample = size_t(k_) * oh_ * ow_;
-    xs_ = gpu::DeviceBuffer<float>(size_t(ctx.max_batch) * in_sample, label_ + ": space-to-depth input");
-    ys_ = gpu::DeviceBuffer<float>(size_t(ctx.max_batch) * out_sample, label_ + ": space-to-depth output");
+    xs_ = gpu::DeviceBuffer<unsigned char>(size_t(ctx.max_batch) * in_sample * storage_.bytes(),
+                                           label_ + ": space-to-depth input");
+    ys_ = gpu::DeviceBuffer<unsigned char>(size_t(ctx.max_batch) * out_sample * storage_.bytes(),
+                                           label_ + ": space-to-depth output");
     // Poisoned like the arena (0xFF bytes: NaN): cuDNN's TF32 engines read the fused convolution's
     // z operand (= ys) even with alpha2 = 0, and never-written memory is an initcheck error.
     CUDA_CHECK_CTX(cudaMemsetAsync(xs_.data(), 0xFF, xs_.bytes(), ctx.stream), label_);
@@ -134,12 +142,12 @@ class SpaceToDepthConvStep final : public Step {
     const float one = 1.0f, zero = 0.0f;
     const size_t in_sample = size_t(c_) * h_ * w_, out_sample = size_t(k_) * oh_ * ow_;
     chunks_.for_each([&](size_t first, bool tail) {
-      copy(ctx, tail, true, x_ + first * in_sample, xs_.data() + first * in_sample);
+      copy(ctx, tail, true, storage_.at(x_, first * in_sample), storage_.at(xs_.data(), first * in_sample));
     });
     conv_->enqueue(ctx);
     chunks_.for_each([&](size_t first, bool tail) {
-      const float* from = ys_.data() + first * out_sample;
-      float* to = y_ + first * out_sample;
+      const void* from = storage_.at(ys_.data(), first * out_sample);
+      void* to = storage_.at(y_, first * out_sample);
       if (activation_)
         CUDNN_CHECK_CTX(cudnnActivationForward(ctx.cudnn, act_desc_, &one, tail ? ys_tail_ : ys_full_, from, &zero,
                                                tail ? out_tail_ : out_full_, to),
@@ -161,7 +169,7 @@ class SpaceToDepthConvStep final : public Step {
 
  private:
   // The input's space-to-depth (input = true) or the output's depth-to-space, one chunk.
-  void copy(const RunContext& ctx, bool tail, bool input, const float* from, float* to) {
+  void copy(const RunContext& ctx, bool tail, bool input, const void* from, void* to) {
     const float one = 1.0f, zero = 0.0f;
     const std::string what = label_ + (input ? ": space-to-depth of the input" : ": depth-to-space of the output");
     cudnnTensorDescriptor_t a = input ? (tail ? in_tail_ : in_full_) : (tail ? ys_tail_ : ys_full_);
@@ -173,23 +181,37 @@ class SpaceToDepthConvStep final : public Step {
   }
 
   // Descriptors of one chunk of n samples; (n, channel) merged into the first dimension.
+  // The channel of pixel (2a + r, 2b + s), channel c, in the folded tensor is 4c + 2r + s, in either
+  // layout (output: 4o + 2p + q).
   void describe(int n, TensorDesc& in, TensorDesc& xs, TensorDesc& ys, TensorDesc& out) {
-    const int hw = h_ * w_, h2 = h_ / 2, w2 = w_ / 2;
-    // [n*c, r, s, a, b]
-    set_5d(in, {n * c_, 2, 2, h2, w2}, {hw, w_, 1, 2 * w_, 2}, label_);
-    set_5d(xs, {n * c_, 2, 2, h2, w2}, {hw, 2 * h2 * w2, h2 * w2, w2, 1}, label_);
-    const int ohw = oh_ * ow_, oh2 = oh_ / 2, ow2 = ow_ / 2;
-    // [n*k, p, q, a, b]
-    set_5d(ys, {n * k_, 2, 2, oh2, ow2}, {ohw, 2 * oh2 * ow2, oh2 * ow2, ow2, 1}, label_);
-    set_5d(out, {n * k_, 2, 2, oh2, ow2}, {ohw, ow_, 1, 2 * ow_, 2}, label_);
+    const int h2 = h_ / 2, w2 = w_ / 2, oh2 = oh_ / 2, ow2 = ow_ / 2;
+    if (!storage_.nhwc()) {
+      const int hw = h_ * w_, ohw = oh_ * ow_;
+      // [n*c, r, s, a, b]
+      set_5d(in, storage_, {n * c_, 2, 2, h2, w2}, {hw, w_, 1, 2 * w_, 2}, label_);
+      set_5d(xs, storage_, {n * c_, 2, 2, h2, w2}, {hw, 2 * h2 * w2, h2 * w2, w2, 1}, label_);
+      // [n*k, p, q, a, b]
+      set_5d(ys, storage_, {n * k_, 2, 2, oh2, ow2}, {ohw, 2 * oh2 * ow2, oh2 * ow2, ow2, 1}, label_);
+      set_5d(out, storage_, {n * k_, 2, 2, oh2, ow2}, {ohw, ow_, 1, 2 * ow_, 2}, label_);
+      return;
+    }
+    // NHWC: [n*h2, b, c, r, s] (sample and block row merge: both tensors step 2 * W * C per block row)
+    const int row = 2 * w_ * c_;
+    set_5d(in, storage_, {n * h2, w2, c_, 2, 2}, {row, 2 * c_, 1, w_ * c_, c_}, label_);
+    set_5d(xs, storage_, {n * h2, w2, c_, 2, 2}, {row, 4 * c_, 4, 2, 1}, label_);
+    // [n*oh2, b, k, p, q]
+    const int orow = 2 * ow_ * k_;
+    set_5d(ys, storage_, {n * oh2, ow2, k_, 2, 2}, {orow, 4 * k_, 4, 2, 1}, label_);
+    set_5d(out, storage_, {n * oh2, ow2, k_, 2, 2}, {orow, 2 * k_, 1, ow_ * k_, k_}, label_);
   }
 
-  const float* x_;
-  float* y_;
+  Storage storage_;
+  const void* x_;
+  void* y_;
   std::optional<OpType> activation_;
   std::string activation_name_;
   int c_ = 0, h_ = 0, w_ = 0, k_ = 0, oh_ = 0, ow_ = 0, kh_ = 0, kw_ = 0;
-  gpu::DeviceBuffer<float> xs_, ys_;
+  gpu::DeviceBuffer<unsigned char> xs_, ys_;
   std::unique_ptr<Step> conv_;
   ActivationDesc act_desc_;
   CopyKind copy_ = copy_kind();
@@ -218,7 +240,7 @@ std::optional<std::string> space_to_depth_refusal(const formats::Node& node, con
 }
 
 std::unique_ptr<Step> make_space_to_depth_conv_step(const BuildContext& ctx, const formats::Node& node,
-                                                    const Shape& input_shape, const float* x, float* y,
+                                                    const Shape& input_shape, const void* x, void* y,
                                                     std::optional<OpType> activation,
                                                     const std::string& activation_name) {
   return std::make_unique<SpaceToDepthConvStep>(ctx, node, input_shape, x, y, activation, activation_name);

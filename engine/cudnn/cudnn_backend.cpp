@@ -45,6 +45,9 @@ class CudnnBackend final : public Backend {
  public:
   std::string name() const override { return "cudnn"; }
   int preferred_batch() const override { return 65536; }
+  // fp16 / bf16: values and parameters stored in that type (NHWC), fp32 sums on tensor cores. int8
+  // would need cuDNN's INT8x4/x32 layouts and per-layer rescaling: not built.
+  bool supports(Precision p) const override { return p != Precision::INT8; }
   std::string description() const override {
     std::string device = "no GPU";
     try {

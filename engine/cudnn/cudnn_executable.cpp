@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+
+#include "engine/gpu/convert.hpp"
 
 namespace engine::cudnn {
 namespace {
@@ -27,8 +31,8 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   // cublasSetStream resets the workspace to cuBLAS's default pool: set the stream first.
   CUBLAS_CHECK_CTX(cublasSetStream(cublas_, stream()), what);
   CUBLAS_CHECK_CTX(cublasSetWorkspace(cublas_, cublas_workspace_.data(), cublas_workspace_.bytes()), what);
-  CUBLAS_CHECK_CTX(cublasSetMathMode(cublas_, options_.precision == Precision::FP32 ? CUBLAS_DEFAULT_MATH
-                                                                                     : CUBLAS_TF32_TENSOR_OP_MATH),
+  CUBLAS_CHECK_CTX(cublasSetMathMode(cublas_, options_.precision == Precision::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                     : CUBLAS_DEFAULT_MATH),
                    what);
   CUBLAS_CHECK_CTX(cublasSetAtomicsMode(cublas_, options_.deterministic ? CUBLAS_ATOMICS_NOT_ALLOWED
                                                                         : CUBLAS_ATOMICS_ALLOWED),
@@ -43,6 +47,8 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   ctx.max_batch = max_batch_;
   ctx.workspace_limit = std::min(kConvWorkspaceLimit, free_bytes / 4);
   ctx.stream = stream();
+  ctx.storage = choose_storage();
+  storage_ = ctx.storage;
   build_steps(ctx);
 
   size_t workspace = 0;
@@ -50,13 +56,19 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   workspace_ = gpu::DeviceBuffer<unsigned char>(workspace, "cuDNN convolution workspace");
   run_ctx_ = RunContext{cudnn_, cublas_, workspace_.data(), workspace_.bytes(), stream()};
 
-  summary_.push_back(fmt::format("cudnn: cuDNN {} (C API), cuBLAS {}, {} math, {}, max batch {}", cudnn_version(), cublas_version(),
-                                 options_.precision == Precision::FP32 ? "fp32 (no TF32)" : "TF32 tensor-core",
+  const Precision p = options_.precision;
+  summary_.push_back(fmt::format("cudnn: cuDNN {} (C API), cuBLAS {}, {} math, {} {} storage, {}, max batch {}",
+                                 cudnn_version(), cublas_version(),
+                                 p == Precision::FP32   ? "fp32 (no TF32)"
+                                 : p == Precision::TF32 ? "TF32 tensor-core"
+                                                        : fmt::format("{} tensor-core (fp32 sums)", precision_name(p)),
+                                 storage_.type_name(), storage_.layout_name(),
                                  options_.deterministic ? "deterministic algorithms (heuristic choice)"
                                                         : "fastest measured algorithms (nondeterministic)",
                                  max_batch_));
   for (const auto& step : steps_) summary_.push_back(step->summary());
   for (const auto& note : fusion_notes_) summary_.push_back("fusion: " + note);
+  if (!storage_note_.empty()) summary_.push_back("storage: " + storage_note_);
   summary_.push_back(fmt::format("workspace: {} for convolutions (largest layer, every batch size), {} for cuBLAS",
                                  format_bytes(workspace_.bytes()), format_bytes(cublas_workspace_.bytes())));
 
@@ -90,7 +102,7 @@ bool CudnnExecutable::blocks_overlap(int value_a, int value_b) const {
 //     there: value_ptr_ sends its readers (and its aliases' readers) to the moved block. Not for graph
 //     outputs, whose blocks the download reads.
 //  3. otherwise a block of the backend's own (below).
-float* CudnnExecutable::fused_relu_destination(size_t i) {
+void* CudnnExecutable::fused_relu_destination(size_t i) {
   const auto& nodes = graph_.nodes;
   if (i + 1 >= nodes.size()) return nullptr;
   const PlannedNode& conv = nodes[i];
@@ -117,7 +129,7 @@ float* CudnnExecutable::fused_relu_destination(size_t i) {
     const Value& written = graph_.value(nodes[j].output);
     if (written.alias_of < 0 && blocks_overlap(nodes[j].output, conv.output)) conv_block_free = false;
   }
-  float* block = nullptr;
+  void* block = nullptr;
   if (conv_block_free) {
     block = value_ptr(conv.output);
     fusion_notes_.push_back(fmt::format("relu '{}' lives in conv '{}''s block (its own overlaps the conv's input)",
@@ -126,7 +138,7 @@ float* CudnnExecutable::fused_relu_destination(size_t i) {
     // 3. a block of its own, allocated here (compile time): the fusion saves a pass over the tensor
     // for the price of one more [max_batch, elements] buffer.
     const Value& r = graph_.value(relu.output);
-    private_blocks_.emplace_back(size_t(r.elements) * size_t(max_batch_),
+    private_blocks_.emplace_back(size_t(r.elements) * size_t(max_batch_) * storage_.bytes(),
                                  fmt::format("block of relu '{}' (fused into conv '{}')", relu.node->name,
                                              conv.node->name));
     block = private_blocks_.back().data();
@@ -145,14 +157,16 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
   const auto& nodes = graph_.nodes;
   value_ptr_.resize(graph_.values.size());
   for (size_t id = 0; id < graph_.values.size(); ++id) value_ptr_[id] = device_value(int(id));
+  std::vector<std::unique_ptr<Step>> exits;
+  if (!storage_.fp32() || storage_.nhwc()) add_edge_conversions(exits);
   std::vector<bool> done(nodes.size(), false);
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (done[i]) continue;
     const PlannedNode& planned = nodes[i];
     const formats::Node& node = *planned.node;
     const Value& in0 = graph_.value(planned.inputs.at(0));
-    const float* x = value_ptr(planned.inputs.at(0));
-    float* y = value_ptr(planned.output);
+    const void* x = value_ptr(planned.inputs.at(0));
+    void* y = value_ptr(planned.output);
     switch (node.op) {
       case OpType::Conv2D: {
         if (const auto refusal = space_to_depth_refusal(node, in0.shape, ctx.max_batch); !refusal) {
@@ -180,7 +194,7 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
         }
         ConvFusion fusion;
         std::string fused_name;
-        if (float* destination = fused_relu_destination(i)) {
+        if (void* destination = fused_relu_destination(i)) {
           fusion.relu = true;
           fused_name = nodes[i + 1].node->name;
           y = destination;
@@ -201,7 +215,7 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
       case OpType::Flatten:
         break;  // an alias: it shares its source's storage (value_ptr_ follows a moved source)
       case OpType::Dense:
-        steps_.push_back(make_dense_step(ctx, node, in0.elements, x, y));
+        steps_.push_back(make_dense_step(ctx, node, graph_.value(root(planned.inputs.at(0))).shape, x, y));
         break;
       case OpType::Softmax:
         steps_.push_back(make_softmax_step(ctx, node, in0.elements, x, y));
@@ -214,13 +228,128 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
         break;
       case OpType::Concat: {
         std::vector<ConcatInput> inputs;
-        for (int input : planned.inputs) inputs.push_back(ConcatInput{value_ptr(input), graph_.value(input).elements});
+        for (int input : planned.inputs) {
+          const Shape& stored = graph_.value(root(input)).shape;
+          const int64_t pixels = storage_.nhwc() && stored.size() == 3 ? stored[1] * stored[2] : 1;
+          inputs.push_back(ConcatInput{value_ptr(input), graph_.value(input).elements, pixels});
+        }
         steps_.push_back(make_concat_step(ctx, node, std::move(inputs), graph_.value(planned.output).elements, y));
         break;
       }
       default:
         throw std::runtime_error(node_label(node) + ": op not implemented by the cudnn backend");
     }
+  }
+  for (auto& step : exits) steps_.push_back(std::move(step));
+}
+
+int CudnnExecutable::root(int value_id) const {
+  while (graph_.value(value_id).alias_of >= 0) value_id = graph_.value(value_id).alias_of;
+  return value_id;
+}
+
+// fp32 NCHW unless asked otherwise: the exact path. fp16 / bf16 store NHWC, the layout cuDNN's
+// tensor-core convolutions read without a transposition pass, unless a flatten of a [C, H, W] value
+// (C, H * W > 1) feeds something other than a dense layer: only a dense layer can take the (h, w, c)
+// order, by permuting its weight. ENGINE_CUDNN_LAYOUT=nchw|nhwc overrides the choice (A/B, tests).
+Storage CudnnExecutable::choose_storage() {
+  Storage s;
+  const Precision p = options_.precision;
+  s.dtype = p == Precision::FP16 ? CUDNN_DATA_HALF : p == Precision::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  bool nhwc = !s.fp32();
+  const char* env = std::getenv("ENGINE_CUDNN_LAYOUT");
+  if (env && std::strcmp(env, "nhwc") == 0) nhwc = true;
+  if (env && std::strcmp(env, "nchw") == 0) nhwc = false;
+  if (nhwc) {
+    for (size_t id = 0; id < graph_.values.size() && nhwc; ++id) {
+      const Value& v = graph_.values[id];
+      if (v.alias_of < 0) continue;
+      const Shape& src = graph_.value(root(int(id))).shape;
+      if (src.size() != 3 || src[0] == 1 || src[1] * src[2] == 1) continue;
+      for (int c : v.consumers)
+        if (graph_.nodes[size_t(c)].node->op != OpType::Dense) {
+          storage_note_ = fmt::format("NCHW: '{}' (a flatten of a [{}, {}, {}] value) feeds {}, which cannot take "
+                                      "NHWC order",
+                                      v.name, src[0], src[1], src[2], node_label(*graph_.nodes[size_t(c)].node));
+          nhwc = false;
+          break;
+        }
+    }
+  }
+  s.format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  return s;
+}
+
+namespace {
+
+// The float32 NCHW graph input into the storage's type and layout, or a graph output back.
+class EdgeConversionStep final : public Step {
+ public:
+  EdgeConversionStep(std::string label, const Storage& storage, const Shape& stored_shape, bool into_storage,
+                     const void* from, void* to, int max_batch)
+      : Step(std::move(label)), into_(into_storage), from_(from), to_(to) {
+    type_ = storage.dtype == CUDNN_DATA_HALF       ? gpu::StorageType::F16
+            : storage.dtype == CUDNN_DATA_BFLOAT16 ? gpu::StorageType::BF16
+                                                   : gpu::StorageType::F32;
+    nhwc_ = storage.nhwc() && stored_shape.size() == 3;
+    shape_.channels = nhwc_ ? int(stored_shape[0]) : int(formats::element_count(stored_shape));
+    shape_.pixels = nhwc_ ? int(stored_shape[1] * stored_shape[2]) : 1;
+    const std::string stored = fmt::format("{} {}", storage.type_name(), nhwc_ ? "NHWC" : "NCHW");
+    what_ = into_ ? "float32 NCHW -> " + stored : stored + " -> float32 NCHW";
+    set_batch(max_batch);
+  }
+  void set_batch(int n) override { shape_.n = n; }
+  void enqueue(const RunContext& ctx) override {
+    if (into_)
+      gpu::convert_from_f32(static_cast<const float*>(from_), to_, type_, nhwc_, shape_, ctx.stream);
+    else
+      gpu::convert_to_f32(from_, type_, nhwc_, static_cast<float*>(to_), shape_, ctx.stream);
+  }
+  std::string summary() const override { return fmt::format("{}: conversion {} (engine/gpu/convert.cu)", label_, what_); }
+
+ private:
+  bool into_;
+  const void* from_;
+  void* to_;
+  gpu::StorageType type_ = gpu::StorageType::F32;
+  bool nhwc_ = false;
+  gpu::ValueShape shape_;
+  std::string what_;
+};
+
+}  // namespace
+
+// The graph input and every graph output get a block of their own in the storage's type (the
+// arena's blocks stay float32 NCHW for the upload, the preprocessing and the download); steps read
+// and write those, and conversion steps run first and last.
+void CudnnExecutable::add_edge_conversions(std::vector<std::unique_ptr<Step>>& exits) {
+  auto own_block = [&](int r, const std::string& what) {
+    const Value& v = graph_.value(r);
+    private_blocks_.emplace_back(size_t(v.elements) * size_t(max_batch_) * storage_.bytes(), what);
+    void* block = private_blocks_.back().data();
+    CUDA_CHECK_CTX(cudaMemsetAsync(block, 0xFF, private_blocks_.back().bytes(), stream()), what);
+    for (size_t id = 0; id < graph_.values.size(); ++id)
+      if (root(int(id)) == r) value_ptr_[id] = block;
+    return block;
+  };
+  const int in = root(graph_.input);
+  void* in_block = own_block(in, fmt::format("input '{}' in {} {}", graph_.value(in).name, storage_.type_name(),
+                                             storage_.layout_name()));
+  steps_.push_back(std::make_unique<EdgeConversionStep>(fmt::format("input '{}'", graph_.value(in).name), storage_,
+                                                        graph_.value(in).shape, true, device_value(in), in_block,
+                                                        max_batch_));
+  std::vector<int> done{in};
+  for (int out : graph_.outputs) {
+    const int r = root(out);
+    void* block = value_ptr_[size_t(r)];
+    if (std::find(done.begin(), done.end(), r) == done.end()) {
+      block = own_block(r, fmt::format("output '{}' in {} {}", graph_.value(r).name, storage_.type_name(),
+                                       storage_.layout_name()));
+      done.push_back(r);
+    }
+    exits.push_back(std::make_unique<EdgeConversionStep>(fmt::format("output '{}'", graph_.value(out).name), storage_,
+                                                         graph_.value(r).shape, false, block, device_value(out),
+                                                         max_batch_));
   }
 }
 

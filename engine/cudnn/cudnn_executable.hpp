@@ -25,15 +25,24 @@ class CudnnExecutable final : public gpu::GpuExecutable {
   void build_steps(const BuildContext& ctx);
   bool blocks_overlap(int value_a, int value_b) const;
   // Where a conv may write the value of the relu that follows it (see build_steps), or nullptr.
-  float* fused_relu_destination(size_t conv_index);
-  float* value_ptr(int value_id) const { return value_ptr_.at(size_t(value_id)); }
+  void* fused_relu_destination(size_t conv_index);
+  void* value_ptr(int value_id) const { return value_ptr_.at(size_t(value_id)); }
+  // The value whose storage `value_id` shares (itself unless a flatten alias).
+  int root(int value_id) const;
+  Storage choose_storage();
+  // Reduced precision or NHWC: the input's and outputs' own blocks and their conversion steps (the
+  // input's into steps_, the outputs' into `exits`, appended after the nodes).
+  void add_edge_conversions(std::vector<std::unique_ptr<Step>>& exits);
 
   CudnnHandle cudnn_;
   gpu::DeviceBuffer<unsigned char> cublas_workspace_;  // declared first: outlives the handle using it
   CublasHandle cublas_;
-  std::vector<float*> value_ptr_;  // per value id: its arena block, or the block it was moved to
+  Storage storage_;
+  std::string storage_note_;       // why the layout is not the precision's usual one, if so
+  std::vector<void*> value_ptr_;  // per value id: its arena block, or the block it was moved to
   std::vector<std::string> fusion_notes_;
-  std::vector<gpu::DeviceBuffer<float>> private_blocks_;  // values moved out of the arena by a fusion
+  // values moved out of the arena (by a fusion, or into the storage type at the graph's edges)
+  std::vector<gpu::DeviceBuffer<unsigned char>> private_blocks_;
   std::vector<std::unique_ptr<Step>> steps_;
   gpu::DeviceBuffer<unsigned char> workspace_;  // convolution workspace, shared by every layer
   RunContext run_ctx_;

@@ -4,6 +4,8 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "engine/cudnn/cudnn_check.hpp"
@@ -59,7 +61,43 @@ class CublasHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
-// A packed NCHW float tensor descriptor [n, c, h, w]; host-only, cheap (used per run when n changes).
+// How an executable stores activations and parameters: the element type (fp32, or fp16 / bf16 for
+// --precision fp16 / bf16) and the layout of [n, c, h, w] values (NCHW, or NHWC, where cuDNN's
+// tensor-core convolutions want their operands). Compute is fp32 whatever the storage.
+struct Storage {
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;
+
+  size_t bytes() const { return dtype == CUDNN_DATA_FLOAT ? 4 : 2; }
+  bool nhwc() const { return format == CUDNN_TENSOR_NHWC; }
+  bool fp32() const { return dtype == CUDNN_DATA_FLOAT; }
+  const char* type_name() const {
+    return dtype == CUDNN_DATA_HALF ? "fp16" : dtype == CUDNN_DATA_BFLOAT16 ? "bf16" : "fp32";
+  }
+  const char* layout_name() const { return nhwc() ? "NHWC" : "NCHW"; }
+  // The address `elements` elements past `base`.
+  template <typename T>
+  T* at(T* base, size_t elements) const {
+    using Byte = std::conditional_t<std::is_const_v<T>, const unsigned char, unsigned char>;
+    return reinterpret_cast<T*>(reinterpret_cast<Byte*>(base) + elements * bytes());
+  }
+};
+
+// A packed [n, c, h, w] tensor descriptor in the storage's type and layout; host-only, cheap (used
+// per run when n changes).
+inline void set_4d(cudnnTensorDescriptor_t desc, const Storage& s, int n, int c, int h, int w,
+                   const std::string& context) {
+  CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptor(desc, s.format, s.dtype, n, c, h, w), context);
+}
+
+// A packed NCHW tensor descriptor in the storage's type: for views where the layout does not matter
+// ([n, elements, 1, 1] rows, [1, c, 1, 1] per-channel parameters).
+inline void set_flat(cudnnTensorDescriptor_t desc, const Storage& s, int n, int c, int h, int w,
+                     const std::string& context) {
+  CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, s.dtype, n, c, h, w), context);
+}
+
+// A packed NCHW float tensor descriptor [n, c, h, w].
 inline void set_nchw(cudnnTensorDescriptor_t desc, int n, int c, int h, int w, const std::string& context) {
   CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w), context);
 }

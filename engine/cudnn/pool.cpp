@@ -20,8 +20,8 @@ bool symmetric(const formats::Window2D& w) { return w.pad_top == w.pad_bottom &&
 
 class PoolStep final : public Step {
  public:
-  PoolStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const float* x, float* y)
-      : Step(node_label(node)), x_(x), y_(y) {
+  PoolStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const void* x, void* y)
+      : Step(node_label(node)), storage_(ctx.storage), x_(x), y_(y) {
     if (auto why = unsupported_reason(node)) throw std::runtime_error(label_ + ": " + *why);
     const auto& w = node.window;
     c_ = int(input_shape.at(0));
@@ -69,8 +69,9 @@ class PoolStep final : public Step {
     const size_t in_sample = size_t(c_) * size_t(in_h_) * size_t(in_w_);
     const size_t out_sample = size_t(c_) * size_t(oh_) * size_t(ow_);
     chunks_.for_each([&](size_t first, bool tail) {
-      CUDNN_CHECK_CTX(cudnnPoolingForward(ctx.cudnn, pool_desc_, &one, tail ? x_tail_ : x_full_, x_ + first * in_sample,
-                                          &zero, tail ? y_tail_ : y_full_, y_ + first * out_sample),
+      CUDNN_CHECK_CTX(cudnnPoolingForward(ctx.cudnn, pool_desc_, &one, tail ? x_tail_ : x_full_,
+                                          storage_.at(x_, first * in_sample), &zero, tail ? y_tail_ : y_full_,
+                                          storage_.at(y_, first * out_sample)),
                       label_);
     });
   }
@@ -87,12 +88,13 @@ class PoolStep final : public Step {
 
  private:
   void describe(int n, cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t y) {
-    set_nchw(x, n, c_, in_h_, in_w_, label_);
-    set_nchw(y, n, c_, oh_, ow_, label_);
+    set_4d(x, storage_, n, c_, in_h_, in_w_, label_);
+    set_4d(y, storage_, n, c_, oh_, ow_, label_);
   }
 
-  const float* x_;
-  float* y_;
+  Storage storage_;
+  const void* x_;
+  void* y_;
   int c_ = 0, in_h_ = 0, in_w_ = 0, oh_ = 0, ow_ = 0;
   cudnnPoolingMode_t mode_ = CUDNN_POOLING_MAX;
   std::optional<ExplicitPad> pad_;
@@ -113,7 +115,7 @@ std::optional<std::string> unsupported_reason(const formats::Node& node) {
 }
 
 std::unique_ptr<Step> make_pool_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
-                                     const float* x, float* y) {
+                                     const void* x, void* y) {
   return std::make_unique<PoolStep>(ctx, node, input_shape, x, y);
 }
 

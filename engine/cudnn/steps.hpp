@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -27,6 +28,7 @@ struct BuildContext {
   int max_batch = 1;
   size_t workspace_limit = 0;  // largest convolution workspace an algorithm may ask for (bytes)
   cudaStream_t stream = nullptr;  // the executable's stream, for poisoning a step's private buffers
+  Storage storage;                // element type and layout of every value and parameter
 };
 
 // What every step sees while it runs.
@@ -92,10 +94,10 @@ class BatchChunks {
 class ExplicitPad {
  public:
   ExplicitPad(const BuildContext& ctx, const std::string& label, int channels, int height, int width,
-              const formats::Window2D& window, float border_value, const float* source);
+              const formats::Window2D& window, float border_value, const void* source);
   void set_batch(int n);
   void enqueue(const RunContext& ctx);
-  const float* padded() const { return scratch_.data(); }
+  const void* padded() const { return scratch_.data(); }
   int padded_height() const { return padded_h_; }
   int padded_width() const { return padded_w_; }
   size_t scratch_bytes() const { return scratch_.bytes(); }
@@ -104,9 +106,10 @@ class ExplicitPad {
   void describe(int n, cudnnTensorDescriptor_t source, cudnnTensorDescriptor_t interior);
 
   std::string label_;
+  Storage storage_;
   int c_, h_, w_, pad_top_, pad_left_, padded_h_, padded_w_;
-  const float* source_;
-  gpu::DeviceBuffer<float> scratch_;  // [max_batch, C, H + top + bottom, W + left + right]
+  const void* source_;
+  gpu::DeviceBuffer<unsigned char> scratch_;  // [max_batch, C, H + top + bottom, W + left + right]
   BatchChunks chunks_;
   TensorDesc source_full_, interior_full_, source_tail_, interior_tail_;
 };
@@ -118,43 +121,52 @@ struct ConvFusion {
   bool relu = false;  // a following relu node is computed by this step, which then writes its value
 };
 std::unique_ptr<Step> make_conv_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
-                                     const float* x, float* y, ConvFusion fusion, const std::string& fused_name);
+                                     const void* x, void* y, ConvFusion fusion, const std::string& fused_name);
 // conv2d as a space-to-depth convolution (conv_s2d.cpp): why `node` cannot take that path, or
 // nullopt when it can; the step, with a following relu / tanh / sigmoid computed by it when given.
 std::optional<std::string> space_to_depth_refusal(const formats::Node& node, const Shape& input_shape, int max_batch);
 std::unique_ptr<Step> make_space_to_depth_conv_step(const BuildContext& ctx, const formats::Node& node,
-                                                    const Shape& input_shape, const float* x, float* y,
+                                                    const Shape& input_shape, const void* x, void* y,
                                                     std::optional<OpType> activation,
                                                     const std::string& activation_name);
 std::unique_ptr<Step> make_pool_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
-                                     const float* x, float* y);
-std::unique_ptr<Step> make_dense_step(const BuildContext& ctx, const formats::Node& node, int64_t in_features,
-                                      const float* x, float* y);
+                                     const void* x, void* y);
+// stored_shape: the input as it is stored ([C, H, W] when a flatten of it feeds the layer).
+std::unique_ptr<Step> make_dense_step(const BuildContext& ctx, const formats::Node& node, const Shape& stored_shape,
+                                      const void* x, void* y);
 std::unique_ptr<Step> make_activation_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
-                                           const float* x, float* y);
+                                           const void* x, void* y);
 std::unique_ptr<Step> make_softmax_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
-                                        const float* x, float* y);
+                                        const void* x, void* y);
 std::unique_ptr<Step> make_add_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
-                                    const float* a, const float* b, float* y);
+                                    const void* a, const void* b, void* y);
 
 // y = x * scale[c] + shift[c] per channel (scale_shift; channels = the first per-sample dimension).
 std::unique_ptr<Step> make_scale_shift_step(const BuildContext& ctx, const formats::Node& node,
-                                            const Shape& input_shape, const float* x, float* y);
+                                            const Shape& input_shape, const void* x, void* y);
 // Each input (device pointer, per-sample elements) copied into its slice of every output sample.
 struct ConcatInput {
-  const float* x = nullptr;
-  int64_t elements = 0;
+  const void* x = nullptr;
+  int64_t elements = 0;  // per sample
+  int64_t pixels = 1;    // H * W of a [C, H, W] value (NHWC storage concatenates per pixel), else 1
 };
 std::unique_ptr<Step> make_concat_step(const BuildContext& ctx, const formats::Node& node,
-                                       std::vector<ConcatInput> inputs, int64_t out_elements, float* y);
+                                       std::vector<ConcatInput> inputs, int64_t out_elements, void* y);
 
 // Why this backend cannot run `node` exactly, or nullopt.
 std::optional<std::string> unsupported_reason(const formats::Node& node);
 
 // "node 'c1' (conv2d)"
 std::string node_label(const formats::Node& node);
-// Copies host floats into a new device buffer (compile time only).
-gpu::DeviceBuffer<float> upload(const std::vector<float>& values, const std::string& what);
+// Copies host floats, converted to the storage's element type, into a new device buffer (compile time
+// only). Layout changes are the caller's (see nhwc_filter).
+gpu::DeviceBuffer<unsigned char> upload(const std::vector<float>& values, const Storage& storage,
+                                        const std::string& what);
+// The storage type's bits of one value (upload's conversion).
+std::array<unsigned char, 4> scalar_bits(float value, const Storage& storage);
+// A [k, c, h, w] filter (or a [units, c, h, w] dense weight seen through a flatten) permuted to
+// [k, h, w, c].
+std::vector<float> nhwc_filter(const std::vector<float>& w, int k, int c, int h, int width);
 // "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM"
 const char* algo_name(cudnnConvolutionFwdAlgo_t algo);
 const char* math_name(cudnnMathType_t math);
