@@ -117,14 +117,15 @@ PY
     # reference's emulation, LeNet-5 on MNIST), then engine bench of cudnn fp32 / fp16 / bf16 with
     # A/B of the layout (ENGINE_CUDNN_LAYOUT=nchw) and of space-to-depth (ENGINE_CUDNN_S2D=0), PyTorch
     # fp32 and fp16 / bf16 channels_last, and every model's accuracy per precision
-    # (tools/precision_report.py). PREC_BATCHES (default 1024,65536). Files: precision-*.json,
-    # precision.log, precision-tests.log.
+    # (tools/precision_report.py; PREC_REPORT=0 skips it), JAX/XLA fp32 and bf16; PREC_NCU=1 adds Nsight
+    # Compute per-kernel numbers. PREC_BATCHES (default 1024,65536). Files: precision-*.json,
+    # precision-ncu.csv, precision.log (the tests' log: /tmp/precision-tests.log).
     prec_all() {
       local rc=0 model=${BENCH_MODEL:-models/lenet5.json} batches=${PREC_BATCHES:-1024,65536}
       local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
       local common=(--batch "$batches" --cuda-graph --no-data-transfers --duration "${BENCH_DURATION:-0.5}" --repetitions 3)
-      timeout 200 $B/tests/gpu/gpu_tests --gtest_filter='CudnnLayout*:CudnnReduced*' >"$OUT/precision-tests.log" 2>&1 || rc=1
-      grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED|Failure" -A2 "$OUT/precision-tests.log" | grep -v "^--" | tail -60
+      timeout 200 $B/tests/gpu/gpu_tests --gtest_filter='CudnnLayout*:CudnnReduced*' >/tmp/precision-tests.log 2>&1 || rc=1
+      grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED|Failure" -A2 /tmp/precision-tests.log | grep -v "^--" | tail -60
       for p in fp32 fp16 bf16; do
         timeout 100 $B/engine bench "$model" --backend cudnn --precision $p "${common[@]}" \
           --json "$OUT/precision-cudnn-$p.json" 2>&1 | grep -E "images/s|skipped" || rc=1
@@ -135,8 +136,23 @@ PY
         2>&1 | grep -E "images/s|skipped" | sed 's/^/[fp16 no s2d] /'
       timeout 150 "$py" tools/bench_torch.py "$model" --engine "$OUT/precision-cudnn-fp16.json" --dtype fp32,fp16,bf16 \
         --no-data-transfers --json "$OUT/precision-torch.json" || rc=1
-      CNN_SHARED_DATA=$PWD/data FASHION_MNIST_DIR=$PWD/data/fashion ENGINE_BIN=$B/engine timeout 200 "$py" \
-        tools/precision_report.py --backend cudnn --precisions fp16,bf16 --json "$OUT/precision-accuracy.json" || rc=1
+      timeout 150 "$py" tools/bench_jax.py "$model" --device gpu --dtype fp32,bf16 --batch "$batches" --duration 0.5 \
+        --no-data-transfers --json "$OUT/precision-jax.json" 2>&1 | grep -E "jit|images/s" | tail -8 || rc=1
+      if [[ ${PREC_REPORT:-1} == 1 ]]; then
+        CNN_SHARED_DATA=$PWD/data FASHION_MNIST_DIR=$PWD/data/fashion ENGINE_BIN=$B/engine timeout 200 "$py" \
+          tools/precision_report.py --backend cudnn --precisions fp16,bf16 --json "$OUT/precision-accuracy.json" || rc=1
+      fi
+      if command -v ncu >/dev/null && [[ ${PREC_NCU:-0} == 1 ]]; then
+        # Every kernel of forward passes at the largest batch, fp32 and fp16: duration, DRAM and SM
+        # throughput (% of peak). The compile-time forwards come first; the last complete pass is the
+        # one to read (docs/perf-cudnn-precision.md).
+        for p in fp32 fp16; do
+          timeout 150 ncu --csv --page raw --metrics \
+            gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum \
+            -c ${PREC_NCU_KERNELS:-150} $B/engine -q bench "$model" --backend cudnn --precision $p --batch "${batches##*,}" \
+            --no-data-transfers --duration 0.01 --repetitions 1 --warmup 0 2>/dev/null | sed "s/^/$p,/" >>"$OUT/precision-ncu.csv" || rc=1
+        done
+      fi
       return $rc
     }
     prec_all 2>&1 | tee "$OUT/precision.log" || status=1
