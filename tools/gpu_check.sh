@@ -145,7 +145,7 @@ PY
       if command -v ncu >/dev/null && [[ ${PREC_NCU:-0} == 1 ]]; then
         # Every kernel of forward passes at the largest batch, fp32 and fp16: duration, DRAM and SM
         # throughput (% of peak). The compile-time forwards come first; the last complete pass is the
-        # one to read (docs/perf-cudnn-precision.md).
+        # one to read (tools/ncu_pass.py).
         for p in fp32 fp16; do
           timeout 150 ncu --csv --page raw --metrics \
             gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum \
