@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|precision|crossover|multi|train|train-accuracy|train-recipes]...
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|precision|crossover|multi|train|train-multi|train-accuracy|train-recipes]...
 #   (default: build test sanitize run)
 # train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz;
 # train-accuracy also Fashion-MNIST's, in data/fashion/ (from Debian's dataset-fashion-mnist).
@@ -299,6 +299,46 @@ PY
         >"$OUT/train-bench.log" 2>&1 || status=1
       tail -20 "$OUT/train-bench.log"
     fi
+    ;;
+  train-multi)
+    # Issue 16's training half (docs/multi-gpu.md, "Training"): the data-parallel tests, then engine
+    # train of LeNet-5 on MNIST with 256 images per GPU (--batch 256 x N, --devices 0..N-1) for N = 1,
+    # 2, 4 (as many as there are), custom and cudnn: images/s per epoch (median of epochs 2..), the
+    # scaling over one GPU, and the validation accuracy. TRAIN_EPOCHS (default 3). Files:
+    # train-multi.json, train-multi.log.
+    py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+    {
+      timeout 200 $B/tests/gpu/gpu_tests --gtest_filter='Gpu/DataParallelTrain*' >/tmp/dp-tests.log 2>&1 || status=1
+      grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED|Failure" -A2 /tmp/dp-tests.log | grep -v "^--" | tail -30
+      ngpu=$(nvidia-smi -L | wc -l); tmp=$(mktemp -d)
+      for n in 1 2 4; do
+        ((n <= ngpu)) || continue
+        devs=$(seq -s, 0 $((n - 1)))
+        for be in ${TRAIN_MULTI_BACKENDS:-custom cudnn}; do
+          timeout 240 $B/engine -q train models/architectures/lenet5.json --data "$DATA/train-images-idx3-ubyte.gz" \
+            --val "$DATA/t10k-images-idx3-ubyte.gz" --epochs "${TRAIN_EPOCHS:-3}" --batch $((256 * n)) --devices "$devs" \
+            --optimizer adam --lr 0.003 --seed 1 --backend $be --no-plot --no-checkpoints -o "$tmp/$be-$n.json" || status=1
+        done
+      done
+      "$py" - "$tmp" "$OUT/train-multi.json" <<'PY' || status=1
+import glob, json, os, statistics, sys
+d, out = sys.argv[1], sys.argv[2]
+rows = []
+for path in sorted(glob.glob(f"{d}/*.curve.json")):
+    be, n = os.path.basename(path)[:-len(".curve.json")].rsplit("-", 1)
+    ep = json.load(open(path))["epochs"]
+    rate = statistics.median(e["images_per_second"] for e in ep[1:]) if len(ep) > 1 else ep[0]["images_per_second"]
+    rows.append({"backend": be, "gpus": int(n), "batch": 256 * int(n), "images_per_second": rate,
+                 "epoch_seconds": 60000 / rate, "val_accuracy": ep[-1]["val_accuracy"], "epochs": len(ep)})
+for r in rows:
+    one = next((x for x in rows if x["backend"] == r["backend"] and x["gpus"] == 1), None)
+    r["scaling"] = r["images_per_second"] / one["images_per_second"] if one else None
+    print(f"{r['backend']:6s} {r['gpus']} GPU(s), batch {r['batch']:5d}: {r['images_per_second']:12,.0f} images/s "
+          f"({r['epoch_seconds'] * 1e3:7.1f} ms/epoch), scaling {r['scaling']:.2f} = {r['scaling'] / r['gpus']:.2f} x N, "
+          f"val accuracy {100 * r['val_accuracy']:.2f}%")
+json.dump(rows, open(out, "w"), indent=1)
+PY
+    } 2>&1 | tee "$OUT/train-multi.log"
     ;;
   train-accuracy)
     # Issue 13's accuracy targets on the GPU backends (docs/training.md, "Results"): each recipe on

@@ -4,10 +4,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
 }
+
+namespace engine {
+class Backend;
+}  // namespace engine
 
 namespace engine::cli {
 
@@ -60,6 +65,7 @@ struct TrainCommandOptions {
   std::string init_scheme = "torch";  // or "keras" (glorot_uniform, zero biases)
   std::string backend;     // empty: cpu
   int threads = 0;         // 0: all cores
+  std::optional<std::string> devices;  // GPU backends: "all" or "0,1"; several: data-parallel
   int early_stopping = 0;  // patience in epochs; 0: off
   int64_t steps = 0;       // stop after this many steps in all (0: run every epoch)
   int64_t limit = 0;       // train on the first N samples only (0: all)
@@ -81,6 +87,8 @@ struct CalibrateOptions {
 int run_command(const RunOptions& options);
 int calibrate_command(const CalibrateOptions& options);
 int train_command(const TrainCommandOptions& options);
+// --devices of engine run and engine train against the backend's GPUs (run_command.cpp); none given: {}.
+std::vector<int> pick_devices(const Backend& backend, const std::optional<std::string>& text);
 int info_command(const InfoOptions& options);
 int show_command(const ShowOptions& options);
 int backends_command();

@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train_cmd->add_option("--backend", train.backend, "Backend that trains: reference, cpu, custom or cudnn (GPU) (default cpu)");
   train_cmd->add_option("--threads", train.threads, "CPU backends: threads (default: all cores)")->check(CLI::Range(1, 4096));
+  train_cmd->add_option("--devices", train.devices,
+                        "GPU backends: the GPUs to train on, all or indices like 0,1 (see `engine backends`); several: "
+                        "data parallel, each --batch split across them and the gradients summed by NCCL");
   train_cmd->add_option("--early-stopping", train.early_stopping,
                         "Stop after PATIENCE epochs without a lower validation loss; keep the best epoch")
       ->check(CLI::Range(1, 100000));

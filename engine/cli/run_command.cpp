@@ -30,19 +30,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// --devices on a GPU backend: the indices it names (checked against the GPUs visible); none given:
-// empty (the current GPU, as before --devices). A host backend has no GPUs to pick: an error, not a
-// silent no-op, so a script that meant a GPU run does not get a CPU one.
-std::vector<int> pick_devices(const Backend& backend, const std::optional<std::string>& text) {
-  if (!text) return {};
-  const auto names = backend.devices();
-  if (names.empty())
-    throw std::invalid_argument(fmt::format("--devices: backend '{}' runs on the host, not on GPUs (--threads sets "
-                                            "its parallelism)",
-                                            backend.name()));
-  return parse_device_list(*text, int(names.size()));
-}
-
 // One executable, or one per GPU driven as one (engine/core/multi_device.hpp).
 std::unique_ptr<Executable> compile_on(Backend& backend, const Graph& graph, CompileOptions copts,
                                        const std::vector<int>& devices) {
@@ -114,6 +101,19 @@ void write_predictions(const std::string& path, const RunResult& r) {
 }
 
 }  // namespace
+
+// --devices on a GPU backend: the indices it names (checked against the GPUs visible); none given:
+// empty (the current GPU, as before --devices). A host backend has no GPUs to pick: an error, not a
+// silent no-op, so a script that meant a GPU run does not get a CPU one. (engine run and engine train)
+std::vector<int> pick_devices(const Backend& backend, const std::optional<std::string>& text) {
+  if (!text) return {};
+  const auto names = backend.devices();
+  if (names.empty())
+    throw std::invalid_argument(fmt::format("--devices: backend '{}' runs on the host, not on GPUs (--threads sets "
+                                            "its parallelism)",
+                                            backend.name()));
+  return parse_device_list(*text, int(names.size()));
+}
 
 int run_command(const RunOptions& o) {
   // The backend first: a wrong --backend should fail before seconds of loading.

@@ -195,7 +195,11 @@ int train_command(const TrainCommandOptions& o) {
   topts.max_batch = int(std::min<int64_t>(o.batch, train_set.count));
   topts.threads = o.threads;
   topts.optimizer = opt;
+  topts.devices = pick_devices(*backend, o.devices);
   auto trainer = backend->compile_training(graph, topts);
+  if (topts.devices.size() > 1)
+    spdlog::info("data parallel on {} GPUs: each batch of {} split into shards of about {}", topts.devices.size(),
+                 topts.max_batch, (topts.max_batch + int(topts.devices.size()) - 1) / int(topts.devices.size()));
   spdlog::debug("plan: {}", trainer->plan_summary());
   spdlog::info("{} parameters; {} epochs of {} steps (batch {}), {} lr {}{}{}{}{}{}", trainer->parameter_count(), o.epochs,
                steps_per_epoch, topts.max_batch, opt.kind == OptimizerKind::Adam ? "Adam" : "SGD", opt.lr,

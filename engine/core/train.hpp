@@ -28,6 +28,10 @@ struct TrainOptions {
   int max_batch = 32;  // largest n a step() or evaluate() may be given
   int threads = 0;     // CPU backends: threads (0 = all cores); GPU backends ignore it
   OptimizerOptions optimizer;
+  // GPU backends: the devices to train on (indices of Backend::devices()); empty: the current one.
+  // Several: data-parallel (engine/custom/train/data_parallel.hpp), max_batch split across them.
+  // CPU backends refuse a non-empty list.
+  std::vector<int> devices;
 };
 
 // What one batch gave: the loss summed over its samples (the step minimised loss_sum / n) and how

@@ -98,6 +98,8 @@ class CpuBackend : public Backend {
   // ENGINE_CPU_KERNELS=portable forces the portable one, as it does for inference.
   std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
     check_supported(*this, graph);
+    if (!options.devices.empty())
+      throw std::invalid_argument("backend 'cpu' trains on the host: --devices is for the GPU backends (custom, cudnn)");
     const char* forced = std::getenv("ENGINE_CPU_KERNELS");
     const bool portable = forced && std::string(forced) == "portable";
     return !portable && has_avx2_fma() ? make_trainer_f32_avx2(graph, options)

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "engine/core/registry.hpp"
@@ -55,6 +56,8 @@ class ReferenceBackend : public Backend {
   std::optional<std::string> cannot_train() const override { return std::nullopt; }
   std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
     check_supported(*this, graph);
+    if (!options.devices.empty())
+      throw std::invalid_argument("backend 'reference' trains on the host: --devices is for the GPU backends (custom, cudnn)");
     return make_trainer_f64(graph, options);
   }
 };

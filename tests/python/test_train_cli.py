@@ -281,3 +281,18 @@ def test_a_model_whose_output_is_not_a_softmax_cannot_train(tmp_path, digits):
     proc = train(arch, img, tmp_path / "m.json", check=False)
     assert proc.returncode == 1
     assert "its first output 'fc2' must be a softmax node" in proc.stderr
+
+
+def test_devices_on_a_host_backend_is_one_clear_error(tmp_path, digits):
+    """--devices picks GPUs for data-parallel training; the host backends refuse it rather than
+    train on the CPU where a GPU run was meant."""
+    img, _ = digits
+    out = tmp_path / "out" / "m.json"
+    out.parent.mkdir()
+    proc = train(MLP, img, out, "--backend", "cpu", "--devices", "0,1", check=False)
+    assert proc.returncode == 1
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "--devices: backend 'cpu' runs on the host, not on GPUs" in errors[0]
+    assert "epoch" not in proc.stderr
+    assert list(out.parent.iterdir()) == []

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cudnn/steps.hpp"
+#include "engine/custom/train/data_parallel.hpp"
 #include "engine/custom/train/pointwise_train.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
@@ -244,7 +245,8 @@ void CudnnTrainer::enqueue_backward(int n, bool dry_run) {
 }
 
 std::unique_ptr<TrainExecutable> make_cudnn_trainer(const Graph& graph, const TrainOptions& options) {
-  return std::make_unique<CudnnTrainer>(graph, options);
+  return custom::train::compile_on_devices(options,
+                                           [&](const TrainOptions& o) { return std::make_unique<CudnnTrainer>(graph, o); });
 }
 
 }  // namespace engine::cudnn::train

@@ -220,6 +220,31 @@ BatchResult DeviceTrainer::compute_gradients(const void* input, const uint8_t* l
   return finish(n, Mode::Gradients);
 }
 
+BatchResult DeviceTrainer::shard_gradients(const void* input, const uint8_t* labels, int n, int n_total) {
+  gpu::DeviceGuard guard(device_);
+  check_batch(input, labels, n);
+  check_labels(labels, n);
+  if (n_total < n) throw std::invalid_argument(fmt::format("{}: a shard of {} of a batch of {}", backend_, n, n_total));
+  shard_total_ = n_total;
+  upload(input, labels, n, cudaMemcpyHostToDevice);
+  return finish(n, Mode::Shard);
+}
+
+void DeviceTrainer::zero_gradients() {
+  gpu::DeviceGuard guard(device_);
+  CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_.get()));
+}
+
+void DeviceTrainer::apply_update() {
+  gpu::DeviceGuard guard(device_);
+  cudaStream_t s = stream_.get();
+  *scalars_host_.data() = step_scalars(opt_, t_);
+  CUDA_CHECK(cudaMemcpyAsync(scalars_.data(), scalars_host_.data(), sizeof(StepScalars), cudaMemcpyHostToDevice, s));
+  enqueue_update();
+  CUDA_CHECK_CTX(cudaStreamSynchronize(s), "train: update");
+  ++t_;
+}
+
 BatchResult DeviceTrainer::finish(int n, Mode mode) {
   cudaStream_t s = stream_.get();
   if (mode == Mode::Train) {
@@ -240,7 +265,7 @@ BatchResult DeviceTrainer::finish(int n, Mode mode) {
 }
 
 cudaGraphExec_t DeviceTrainer::graph_for(int n, Mode mode) {
-  const auto key = std::make_pair(n, int(mode));
+  const auto key = std::make_pair(n, int64_t(mode) + (mode == Mode::Shard ? 4 * int64_t(shard_total_) : 0));
   if (auto it = graphs_.find(key); it != graphs_.end()) return it->second;
   cudaStream_t s = stream_.get();
   if (warm_up_before_capture_) {
@@ -274,7 +299,7 @@ cudaGraphExec_t DeviceTrainer::capture(int n, Mode mode) {
   const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   CUDA_CHECK_CTX(status, "train: graph instantiation");
-  graphs_.emplace(std::make_pair(n, int(mode)), exec);
+  graphs_.emplace(std::make_pair(n, int64_t(mode) + (mode == Mode::Shard ? 4 * int64_t(shard_total_) : 0)), exec);
   return exec;
 }
 
@@ -299,7 +324,7 @@ void DeviceTrainer::enqueue(int n, Mode mode) {
   enqueue_forward(n);
   const bool with_grad = mode != Mode::Evaluate;
   softmax_cross_entropy(act(logits_), labels_.data(), act(prob_), with_grad ? grad(logits_) : nullptr, losses_.data(),
-                        result_.data(), n, classes_, 1.0f / float(n), s);
+                        result_.data(), n, classes_, 1.0f / float(mode == Mode::Shard ? shard_total_ : n), s);
   if (!with_grad) return;
   enqueue_backward(n, false);
   if (mode == Mode::Train) enqueue_update();

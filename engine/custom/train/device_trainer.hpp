@@ -45,6 +45,18 @@ class DeviceTrainer : public TrainExecutable {
   BatchResult step_device(const void* device_input, const uint8_t* device_labels, int n);
   // Forward, loss and backward without the update (the step count stays); then read_gradients.
   BatchResult compute_gradients(const void* input, const uint8_t* labels, int n);
+  // Data-parallel training (data_parallel.hpp): the gradients of this replica's n samples of a batch
+  // of n_total, i.e. of (their loss sum) / n_total, so that the sum over replicas is the batch's
+  // gradient; then, once the replicas' gradients are summed in gradient_data(), apply_update().
+  BatchResult shard_gradients(const void* input, const uint8_t* labels, int n, int n_total);
+  void apply_update();
+  // Throws std::invalid_argument for a label that is not one of the model's classes.
+  void check_labels(const uint8_t* labels, int n) const;
+  // A replica with no sample in a batch (fewer samples than GPUs) contributes zeros.
+  void zero_gradients();
+  float* gradient_data() const { return grads_.data(); }
+  int device() const { return device_; }
+  size_t input_sample_bytes() const { return sample_bytes_; }
   void read_gradients(std::span<float> out) const;
   // CUDA-graph replay on (the default) or off: plain launches, for tests that compare the two.
   void use_graphs(bool on) { graphs_on_ = on; }
@@ -55,7 +67,7 @@ class DeviceTrainer : public TrainExecutable {
   void poison_buffers();
 
  protected:
-  enum class Mode { Train, Evaluate, Gradients };
+  enum class Mode { Train, Evaluate, Gradients, Shard };
   // `backend` names the backend in messages ("custom", "cudnn").
   DeviceTrainer(const Graph& graph, const TrainOptions& options, std::string backend);
   // Called by the derived constructor once its ops are planned: a dry run of enqueue_backward finds
@@ -115,7 +127,6 @@ class DeviceTrainer : public TrainExecutable {
 
  private:
   void check_batch(const void* input, const uint8_t* labels, int n) const;
-  void check_labels(const uint8_t* labels, int n) const;
   void upload(const void* input, const uint8_t* labels, int n, cudaMemcpyKind kind);
   BatchResult finish(int n, Mode mode);
   void enqueue(int n, Mode mode);
@@ -136,7 +147,10 @@ class DeviceTrainer : public TrainExecutable {
   gpu::PinnedBuffer<LossResult> result_host_;
   gpu::PinnedBuffer<StepScalars> scalars_host_;
   bool graphs_on_ = true;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (n, mode) -> instantiated graph
+  int shard_total_ = 0;  // Mode::Shard: the batch whose mean loss the gradients are of
+  // (n, mode key) -> instantiated graph; the key of Mode::Shard includes shard_total_ (its 1/n_total
+  // is a kernel argument).
+  std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace engine::custom::train

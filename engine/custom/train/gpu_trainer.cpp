@@ -4,6 +4,8 @@
 // kernels are in the .cu files beside it.
 #include "engine/custom/train/gpu_trainer.hpp"
 
+#include "engine/custom/train/data_parallel.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -235,7 +237,7 @@ void GpuTrainer::poison_more(cudaStream_t s) {
 }
 
 std::unique_ptr<TrainExecutable> make_gpu_trainer(const Graph& graph, const TrainOptions& options) {
-  return std::make_unique<GpuTrainer>(graph, options);
+  return compile_on_devices(options, [&](const TrainOptions& o) { return std::make_unique<GpuTrainer>(graph, o); });
 }
 
 }  // namespace engine::custom::train
