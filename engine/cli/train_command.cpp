@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "engine/cli/train_curve.hpp"
 #include "engine/cli/train_data.hpp"
 #include "engine/core/graph.hpp"
+#include "engine/core/multi_device.hpp"
 #include "engine/core/registry.hpp"
 #include "engine/train/augment.hpp"
 #include "engine/train/init.hpp"
@@ -234,8 +236,28 @@ int train_command(const TrainCommandOptions& o) {
   train::SplitMix64 rng(train::shuffle_stream(o.seed));
   std::vector<int64_t> order(size_t(train_set.count));
   const int batch = topts.max_batch;
-  std::vector<uint8_t> batch_bytes(size_t(batch) * train_set.sample_bytes);
-  std::vector<uint8_t> batch_labels(static_cast<size_t>(batch));
+  // Two batch buffers: while the trainer steps on one, a second thread gathers (and augments) the
+  // next into the other. Batches are still filled one after another in the loop's order, so the
+  // samples, the augmenter's random draws and the bits are those of a serial loop; the host's share
+  // of a step (gathering 256 x N samples for N GPUs) no longer adds to the GPUs' time.
+  std::array<std::vector<uint8_t>, 2> batch_bytes, batch_labels;
+  for (int b = 0; b < 2; ++b) {
+    batch_bytes[size_t(b)].resize(size_t(batch) * train_set.sample_bytes);
+    batch_labels[size_t(b)].resize(size_t(batch));
+  }
+  auto fill = [&](int slot, int64_t first) {
+    const int n = int(std::min<int64_t>(batch, train_set.count - first));
+    uint8_t* bytes = batch_bytes[size_t(slot)].data();
+    for (int i = 0; i < n; ++i) {
+      const int64_t s = order[size_t(first + i)];
+      std::copy_n(train_set.bytes.data() + size_t(s) * train_set.sample_bytes, train_set.sample_bytes,
+                  bytes + size_t(i) * train_set.sample_bytes);
+      batch_labels[size_t(slot)][size_t(i)] = train_set.labels[size_t(s)];
+      if (augmenter) augmenter->apply(bytes + size_t(i) * train_set.sample_bytes);
+    }
+    return n;
+  };
+  WorkerGroup step_and_fill(2);
   std::vector<float> scratch, best_params;
   double best_val = std::numeric_limits<double>::infinity();
   int since_best = 0;
@@ -247,21 +269,25 @@ int train_command(const TrainCommandOptions& o) {
     Pass pass;
     ProgressBar progress(train_set.count, true);
     const auto start = Clock::now();
+    int slot = 0, n = 0;
     for (int64_t first = 0; first < train_set.count; first += batch) {
       if (o.steps > 0 && trainer->steps_taken() >= o.steps) {
         out_of_steps = true;  // the epoch ends here; it is still validated and checkpointed
         break;
       }
-      const int n = int(std::min<int64_t>(batch, train_set.count - first));
-      for (int i = 0; i < n; ++i) {
-        const int64_t s = order[size_t(first + i)];
-        std::copy_n(train_set.bytes.data() + size_t(s) * train_set.sample_bytes, train_set.sample_bytes,
-                    batch_bytes.data() + size_t(i) * train_set.sample_bytes);
-        batch_labels[size_t(i)] = train_set.labels[size_t(s)];
-        if (augmenter) augmenter->apply(batch_bytes.data() + size_t(i) * train_set.sample_bytes);
-      }
+      if (first == 0) n = fill(slot, 0);  // the epoch's first batch; later ones were filled during a step
+      const int64_t after = first + batch;
+      const bool prefetch = after < train_set.count && !(o.steps > 0 && trainer->steps_taken() + 1 >= o.steps);
       const double lr = scheduled_lr(opt, trainer->steps_taken());
-      const BatchResult r = trainer->step(batch_bytes.data(), batch_labels.data(), n);
+      BatchResult r;
+      int next_n = 0;
+      auto work = [&](int i) {
+        if (i == 0)
+          r = trainer->step(batch_bytes[size_t(slot)].data(), batch_labels[size_t(slot)].data(), n);
+        else if (prefetch)
+          next_n = fill(1 - slot, after);
+      };
+      step_and_fill.run(work);
       if (!std::isfinite(r.loss_sum))
         throw std::runtime_error(fmt::format("epoch {}, step {}: the loss is {} (diverged; try a smaller --lr)", epoch,
                                              trainer->steps_taken(), r.loss_sum));
@@ -271,6 +297,10 @@ int train_command(const TrainCommandOptions& o) {
       pass.count += n;
       progress.update(pass.count, fmt::format("  loss {:.4f}  accuracy {:.2f}%  {:.0f} images/s", pass.loss(),
                                               100 * pass.accuracy(), double(pass.count) / seconds_since(start)));
+      if (prefetch) {
+        slot = 1 - slot;
+        n = next_n;
+      }
     }
     progress.finish();
     if (pass.count == 0) break;  // --steps ran out exactly at an epoch's end

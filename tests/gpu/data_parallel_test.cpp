@@ -155,8 +155,12 @@ TEST_P(DataParallelTrain, TwoGpusFollowOneAndRepeatBitwise) {
   }
   std::printf("[ measured ] %s, 2 GPUs vs 1, %d Adam steps: loss rel. diff %.3g, parameters max diff %.3g (largest %.3g)\n",
               GetParam().c_str(), steps, worst_loss, diff, largest);
+  // The loss follows to float rounding; parameters less tightly: Adam divides each update by the
+  // gradient's running RMS, so a component whose gradient is near zero moves by up to lr a step
+  // whatever the last bits of its sum (measured on two H100s: custom 1.9e-5, cudnn 1.1e-4 of 0.21;
+  // cuDNN's backward algorithms differ between the batch of 64 and the shards of 32).
   EXPECT_LE(worst_loss, 1e-4);
-  EXPECT_LE(diff, 1e-4 * largest);
+  EXPECT_LE(diff, 1e-3 * largest);
   EXPECT_EQ(dp->steps_taken(), steps);
 
   // A batch of one sample on two GPUs: the second contributes zeros and still steps.
