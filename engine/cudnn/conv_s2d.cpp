@@ -58,15 +58,13 @@ void set_5d(cudnnTensorDescriptor_t desc, const Storage& s, const int (&dims)[5]
 class SpaceToDepthConvStep final : public Step {
  public:
   SpaceToDepthConvStep(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape, const void* x,
-                       void* y, std::optional<OpType> activation, const std::string& activation_name,
-                       std::optional<S2dPool> pool)
+                       void* y, std::optional<OpType> activation, const std::string& activation_name)
       : Step(node_label(node)),
         storage_(ctx.storage),
         x_(x),
         y_(y),
         activation_(activation),
-        activation_name_(activation_name),
-        pool_(std::move(pool)) {
+        activation_name_(activation_name) {
     c_ = int(input_shape.at(0));
     h_ = int(input_shape.at(1));
     w_ = int(input_shape.at(2));
@@ -130,12 +128,6 @@ class SpaceToDepthConvStep final : public Step {
       if (*activation_ == OpType::Sigmoid) mode = CUDNN_ACTIVATION_SIGMOID;
       CUDNN_CHECK_CTX(cudnnSetActivationDescriptor(act_desc_, mode, CUDNN_PROPAGATE_NAN, 0.0), label_);
     }
-    if (pool_)
-      CUDNN_CHECK_CTX(cudnnSetPooling2dDescriptor(pool_desc_,
-                                                  pool_->op == OpType::MaxPool ? CUDNN_POOLING_MAX
-                                                                               : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
-                                                  CUDNN_PROPAGATE_NAN, 1, 4, 0, 0, 1, 4),
-                      label_);
     set_batch(ctx.max_batch);
   }
 
@@ -144,10 +136,6 @@ class SpaceToDepthConvStep final : public Step {
     chunks_.set(n);
     if (chunks_.has_full()) describe(kBatchChunk, in_full_, xs_full_, ys_full_, out_full_);
     if (chunks_.tail() > 0) describe(chunks_.tail(), in_tail_, xs_tail_, ys_tail_, out_tail_);
-    if (pool_) {
-      if (chunks_.has_full()) describe_pool(kBatchChunk, ys_packed_full_, pool_in_full_, pool_out_full_);
-      if (chunks_.tail() > 0) describe_pool(chunks_.tail(), ys_packed_tail_, pool_in_tail_, pool_out_tail_);
-    }
   }
 
   void enqueue(const RunContext& ctx) override {
@@ -157,22 +145,6 @@ class SpaceToDepthConvStep final : public Step {
       copy(ctx, tail, true, storage_.at(x_, first * in_sample), storage_.at(xs_.data(), first * in_sample));
     });
     conv_->enqueue(ctx);
-    if (pool_) {
-      // The 2x2 pooling windows are the folded channel groups: the activation in place on the packed
-      // output, then a 1x4 pooling over each group into the pool's value. No depth-to-space pass.
-      const size_t pooled = out_sample / 4;
-      chunks_.for_each([&](size_t first, bool tail) {
-        void* ys = storage_.at(ys_.data(), first * out_sample);
-        if (activation_)
-          CUDNN_CHECK_CTX(cudnnActivationForward(ctx.cudnn, act_desc_, &one, tail ? ys_packed_tail_ : ys_packed_full_,
-                                                 ys, &zero, tail ? ys_packed_tail_ : ys_packed_full_, ys),
-                          label_ + ": '" + activation_name_ + "' on the folded output");
-        CUDNN_CHECK_CTX(cudnnPoolingForward(ctx.cudnn, pool_desc_, &one, tail ? pool_in_tail_ : pool_in_full_, ys, &zero,
-                                            tail ? pool_out_tail_ : pool_out_full_, storage_.at(y_, first * pooled)),
-                        label_ + ": '" + pool_->name + "' over the folded channel groups");
-      });
-      return;
-    }
     chunks_.for_each([&](size_t first, bool tail) {
       const void* from = storage_.at(ys_.data(), first * out_sample);
       void* to = storage_.at(y_, first * out_sample);
@@ -191,10 +163,7 @@ class SpaceToDepthConvStep final : public Step {
     return fmt::format("{}: space-to-depth 2x2 ([{}, {}, {}] -> [{}, {}, {}], {}x{} kernel, {} output channels; "
                        "copies by {}){}; {}",
                        label_, c_, h_, w_, 4 * c_, h_ / 2, w_ / 2, kh_, kw_, 4 * k_, copy_ == CopyKind::Add ? "cudnnAddTensor" : "cudnnTransformTensor",
-                       pool_ ? fmt::format(", {}'{}' as a 1x4 pooling over the folded channel groups (no depth-to-space)",
-                                           activation_ ? fmt::format("'{}' in place, then ", activation_name_) : "", pool_->name)
-                       : activation_ ? fmt::format(", '{}' fused into the depth-to-space", activation_name_)
-                                     : "",
+                       activation_ ? fmt::format(", '{}' fused into the depth-to-space", activation_name_) : "",
                        conv_->summary());
   }
 
@@ -212,21 +181,6 @@ class SpaceToDepthConvStep final : public Step {
   }
 
   // Descriptors of one chunk of n samples; (n, channel) merged into the first dimension.
-  // The folded output [n, 4k, oh/2, ow/2] packed, and seen as [n, k, P, 4] (P = oh/2 * ow/2 block
-  // positions, 4 = the (p, q) of a 2x2 window, in the window's row-major order) for the pooling, whose
-  // output [n, k, P, 1] is the pool's value packed in the storage's layout.
-  void describe_pool(int n, TensorDesc& packed, TensorDesc& in, TensorDesc& out) {
-    const int oh2 = oh_ / 2, ow2 = ow_ / 2, P = oh2 * ow2;
-    set_4d(packed, storage_, n, 4 * k_, oh2, ow2, label_);
-    if (storage_.nhwc()) {
-      CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptorEx(in, storage_.dtype, n, k_, P, 4, 4 * k_ * P, 4, 4 * k_, 1), label_);
-      CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptorEx(out, storage_.dtype, n, k_, P, 1, k_ * P, 1, k_, 1), label_);
-    } else {
-      CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptorEx(in, storage_.dtype, n, k_, P, 4, 4 * k_ * P, 4 * P, 1, P), label_);
-      CUDNN_CHECK_CTX(cudnnSetTensor4dDescriptorEx(out, storage_.dtype, n, k_, P, 1, k_ * P, P, 1, 1), label_);
-    }
-  }
-
   // The channel of pixel (2a + r, 2b + s), channel c, in the folded tensor is 4c + 2r + s, in either
   // layout (output: 4o + 2p + q).
   void describe(int n, TensorDesc& in, TensorDesc& xs, TensorDesc& ys, TensorDesc& out) {
@@ -256,9 +210,6 @@ class SpaceToDepthConvStep final : public Step {
   void* y_;
   std::optional<OpType> activation_;
   std::string activation_name_;
-  std::optional<S2dPool> pool_;
-  PoolingDesc pool_desc_;
-  TensorDesc ys_packed_full_, ys_packed_tail_, pool_in_full_, pool_in_tail_, pool_out_full_, pool_out_tail_;
   int c_ = 0, h_ = 0, w_ = 0, k_ = 0, oh_ = 0, ow_ = 0, kh_ = 0, kw_ = 0;
   gpu::DeviceBuffer<unsigned char> xs_, ys_;
   std::unique_ptr<Step> conv_;
@@ -291,9 +242,8 @@ std::optional<std::string> space_to_depth_refusal(const formats::Node& node, con
 std::unique_ptr<Step> make_space_to_depth_conv_step(const BuildContext& ctx, const formats::Node& node,
                                                     const Shape& input_shape, const void* x, void* y,
                                                     std::optional<OpType> activation,
-                                                    const std::string& activation_name, std::optional<S2dPool> pool) {
-  return std::make_unique<SpaceToDepthConvStep>(ctx, node, input_shape, x, y, activation, activation_name,
-                                                std::move(pool));
+                                                    const std::string& activation_name) {
+  return std::make_unique<SpaceToDepthConvStep>(ctx, node, input_shape, x, y, activation, activation_name);
 }
 
 }  // namespace engine::cudnn

@@ -18,12 +18,6 @@ constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 // The most workspace one convolution algorithm may use (also bounded by a quarter of free memory).
 constexpr size_t kConvWorkspaceLimit = size_t(256) << 20;
 
-// ENGINE_CUDNN_S2D_POOL=0: a pooling after a space-to-depth convolution runs as its own step (A/B).
-bool pool_fusion_off() {
-  const char* env = std::getenv("ENGINE_CUDNN_S2D_POOL");
-  return env && std::strcmp(env, "0") == 0;
-}
-
 }  // namespace
 
 CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& options)
@@ -180,37 +174,20 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
           // the conv writes its own scratch, never this block, so the activation's block may be any.
           std::optional<OpType> act;
           std::string act_name;
-          // The node at j reads only the value of node j - 1, which nothing else reads.
-          auto sole_reader = [&](size_t j) {
-            if (j >= nodes.size()) return false;
-            const Value& v = graph_.value(nodes[j - 1].output);
-            return nodes[j].inputs.size() == 1 && nodes[j].inputs[0] == nodes[j - 1].output && !v.is_output &&
-                   v.consumers == std::vector<int>{int(j)};
-          };
-          size_t last = i;
-          if (sole_reader(i + 1)) {
-            const OpType op = nodes[i + 1].node->op;
-            if (op == OpType::Relu || op == OpType::Tanh || op == OpType::Sigmoid) {
+          if (i + 1 < nodes.size()) {
+            const PlannedNode& next = nodes[i + 1];
+            const Value& conv_out = graph_.value(planned.output);
+            const OpType op = next.node->op;
+            if ((op == OpType::Relu || op == OpType::Tanh || op == OpType::Sigmoid) &&
+                next.inputs.at(0) == planned.output && !conv_out.is_output &&
+                conv_out.consumers == std::vector<int>{int(i + 1)}) {
               act = op;
-              act_name = nodes[i + 1].node->name;
-              last = i + 1;
+              act_name = next.node->name;
+              y = value_ptr(next.output);
+              done[i + 1] = true;
             }
           }
-          // Then a 2x2 / stride-2 unpadded pooling: its windows are the folded channel groups.
-          std::optional<S2dPool> pool;
-          if (sole_reader(last + 1)) {
-            const formats::Node& p = *nodes[last + 1].node;
-            const formats::Window2D& w = p.window;
-            if ((p.op == OpType::AvgPool || p.op == OpType::MaxPool) && w.kernel_h == 2 && w.kernel_w == 2 &&
-                w.stride_h == 2 && w.stride_w == 2 && w.pad_top == 0 && w.pad_bottom == 0 && w.pad_left == 0 &&
-                w.pad_right == 0 && !pool_fusion_off()) {
-              pool = S2dPool{p.op, p.name};
-              last = last + 1;
-            }
-          }
-          for (size_t j = i + 1; j <= last; ++j) done[j] = true;
-          y = value_ptr(nodes[last].output);
-          steps_.push_back(make_space_to_depth_conv_step(ctx, node, in0.shape, x, y, act, act_name, pool));
+          steps_.push_back(make_space_to_depth_conv_step(ctx, node, in0.shape, x, y, act, act_name));
           break;
         } else {
           fusion_notes_.push_back(fmt::format("{}: direct convolution (not space-to-depth: {})", node_label(node), *refusal));

@@ -125,17 +125,10 @@ std::unique_ptr<Step> make_conv_step(const BuildContext& ctx, const formats::Nod
 // conv2d as a space-to-depth convolution (conv_s2d.cpp): why `node` cannot take that path, or
 // nullopt when it can; the step, with a following relu / tanh / sigmoid computed by it when given.
 std::optional<std::string> space_to_depth_refusal(const formats::Node& node, const Shape& input_shape, int max_batch);
-// A 2x2, stride-2, unpadded max/avg pooling after it (and the activation): its windows are the
-// folded channel groups, so the step writes the pool's value (y) straight from the folded output.
-struct S2dPool {
-  OpType op = OpType::AvgPool;
-  std::string name;
-};
 std::unique_ptr<Step> make_space_to_depth_conv_step(const BuildContext& ctx, const formats::Node& node,
                                                     const Shape& input_shape, const void* x, void* y,
                                                     std::optional<OpType> activation,
-                                                    const std::string& activation_name,
-                                                    std::optional<S2dPool> pool = std::nullopt);
+                                                    const std::string& activation_name);
 std::unique_ptr<Step> make_pool_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
                                      const void* x, void* y);
 // stored_shape: the input as it is stored ([C, H, W] when a flatten of it feeds the layer).
