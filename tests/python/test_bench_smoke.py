@@ -168,3 +168,42 @@ def test_torch_side_by_side_and_plots(bench_json, model, tmp_path):
     run([sys.executable, REPO / "tools" / "plot_bench.py", "--bench", bench_path, "--torch", out, "-o", figs])
     for name in ("throughput.png", "latency.png"):
         assert (figs / name).stat().st_size > 1000
+
+
+def test_model_bench_precision(engine, model, tmp_path):
+    """--precision P reaches every backend: the reference emulates fp16 (it runs, and the JSON says
+    which precision), the cpu backend does not compute it (skipped with its refusal, the run still
+    exits 0); an unknown precision is a usage error."""
+    out = tmp_path / "fp16.json"
+    proc = run([engine, "bench", model, "--backend", "reference,cpu", "--batch", "2", "--precision", "fp16",
+                "--no-data-transfers", "--json", out] + FAST)
+    doc = json.loads(out.read_text())
+    assert doc["precision"] == "fp16"
+    assert {r["backend"] for r in doc["results"]} == {"reference"}
+    assert all(r["outputs_finite"] for r in doc["results"])
+    skipped = [s for s in doc["skipped"] if s["backend"] == "cpu"]
+    assert skipped and "does not compute fp16" in skipped[0]["reason"], (doc["skipped"], proc.stdout)
+    bad = subprocess.run([str(engine), "bench", str(model), "--precision", "fp8"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "fp8" in bad.stderr
+
+
+def test_torch_reduced_precision_configurations(model, tmp_path):
+    """tools/bench_torch.py --dtype fp32,bf16: one result per dtype, channels_last for the reduced one,
+    and ratios pair an engine run only with PyTorch's same precision (none here: the engine JSON says
+    fp32 and only bf16 is asked for)."""
+    pytest.importorskip("torch")
+    out = tmp_path / "torch.json"
+    run([sys.executable, REPO / "tools" / "bench_torch.py", model, "--device", "cpu", "--batch", "2",
+         "--dtype", "fp32,bf16", "--no-data-transfers", "--json", out] + FAST, timeout=300)
+    doc = json.loads(out.read_text())
+    got = {(r["dtype"], r["memory_format"]) for r in doc["results"]}
+    assert got == {("fp32", "contiguous"), ("bf16", "channels_last")}, got
+    assert all(r["outputs_finite"] for r in doc["results"])
+    sys.path.insert(0, str(REPO / "tools"))
+    import bench_torch  # noqa: E402
+    engine_doc = {"precision": "fp16", "results": [{"backend": "cudnn", "batch": 2, "scope": "compute", "mode": "plain",
+                                                    "device": "cpu", "images_per_s": 1.0}]}
+    assert bench_torch.ratios(engine_doc, doc["results"]) == []  # no fp16 PyTorch result to pair with
+    bad = subprocess.run([sys.executable, REPO / "tools" / "bench_torch.py", model, "--device", "cpu", "--dtype", "fp8"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "fp8" in bad.stderr
