@@ -102,6 +102,7 @@ def test_metadata_and_config(http, grpc):
         params = {k: v["string_value"] for k, v in config["parameters"].items()}
         assert json.loads(params["labels"]) == labels
         assert params["engine_backend"] == "cpu"
+        assert params["engine_precision"] == "fp32"
         assert json.loads(params["engine_input"]) == {"name": "image", "dtype": "uint8", "shape": [1, 28, 28]}
     fashion = http.get_model_config("lenet5-fashion")
     assert json.loads(fashion["parameters"]["labels"]["string_value"])[0] == "T-shirt/top"
@@ -241,3 +242,12 @@ def test_serve_refuses_a_missing_model_before_starting(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert f"serve: error: {tmp_path / 'nope.json'}: graph file not found" in r.stderr, r.stderr
+
+
+def test_serve_refuses_a_precision_the_backend_does_not_compute():
+    """--precision fp16 on the cpu backend: one line from the engine, before the server starts."""
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "serve"), "--backend", "cpu", "--precision", "fp16",
+                        str(LENET)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    errors = [l for l in r.stderr.splitlines() if l.startswith("serve: error:")]
+    assert len(errors) == 1 and "does not compute fp16" in errors[0], r.stderr

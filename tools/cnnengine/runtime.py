@@ -108,7 +108,8 @@ def load(path: "str | os.PathLike[str]", backend: Optional[str] = None, precisio
     """Load a format v1 model (NAME.json beside NAME.safetensors) and compile it for a backend.
 
     backend: 'cpu', 'reference', 'custom', 'cudnn', or None for the best available (a GPU backend
-    where a GPU is usable, else cpu), as `engine run` picks. precision: 'fp32', 'tf32' (GPU), or 'fp16' / 'bf16' / 'int8' (the reference backend emulates them; int8 needs a calibrated model).
+    where a GPU is usable, else cpu), as `engine run` picks. precision: 'fp32', 'tf32' (GPU), 'fp16' / 'bf16' (cudnn: tensor cores; reference:
+    emulated), 'int8' (reference: emulated; needs a calibrated model).
     max_batch: images per engine call (default: the backend's, as `engine run`: 256 on the CPU,
     65536 on a GPU). threads: CPU backends' threads (0: all cores). fuse, deterministic, cuda_graph:
     `engine run`'s --no-fuse, --nondeterministic and --no-cuda-graph, inverted.

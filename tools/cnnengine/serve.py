@@ -63,6 +63,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--instances", type=int, default=1,
                    help="model instances per model, each with its own engine executable (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="CPU backends: threads per instance (0: all cores)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16", "int8"],
+                   help="as engine run --precision: fp16 / bf16 on tensor cores with --backend cudnn, emulated by "
+                        "the reference backend; a backend that does not compute it refuses before the server starts")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton's log verbosity (0: quiet)")
     args = p.parse_args(argv)
     for name in ("max_batch", "instances"):
@@ -89,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     served = {}
     for path in args.models:
         try:
-            instances = [cnnengine.load(path, backend=args.backend, max_batch=args.max_batch, threads=args.threads)
+            instances = [cnnengine.load(path, backend=args.backend, precision=args.precision,
+                                        max_batch=args.max_batch, threads=args.threads)
                          for _ in range(args.instances)]
         except (cnnengine.EngineError, FileNotFoundError, ValueError) as e:
             # FileNotFoundError's strerror is the engine's message; str() would prefix "[Errno 2]".
@@ -149,7 +153,7 @@ def _serve_once(config, served, args) -> None:
                                    batcher=DynamicBatcher(max_queue_delay_microseconds=args.max_queue_delay_us)),
                 strict=True,
             )
-            _publish_metadata(triton, name, m, path)
+            _publish_metadata(triton, name, m, path, args.precision)
         LOG.info("serving %s on HTTP %s:%d, gRPC %s:%d, metrics :%d", ", ".join(served), args.address,
                  args.http_port, args.address, args.grpc_port, args.metrics_port)
         triton.serve()
@@ -157,7 +161,7 @@ def _serve_once(config, served, args) -> None:
         triton.stop()
 
 
-def _publish_metadata(triton, name: str, model, path: str) -> None:
+def _publish_metadata(triton, name: str, model, path: str, precision: str = "fp32") -> None:
     """Labels and the engine's view of the model go into the model config's `parameters`, which
     Triton returns from GET /v2/models/NAME/config (gRPC: ModelConfig). PyTriton's public API has no
     field for them, so this fills the config it generates before the server loads it; the serving
@@ -167,6 +171,7 @@ def _publish_metadata(triton, name: str, model, path: str) -> None:
             params = served._get_triton_model_config().backend_parameters  # noqa: SLF001
             params["labels"] = json.dumps(model.labels)
             params["engine_backend"] = model.backend
+            params["engine_precision"] = precision
             params["engine_input"] = json.dumps({"name": model.input_name, "dtype": str(model.input_dtype),
                                                  "shape": list(model.input_shape)})
             params["engine_graph"] = str(pathlib.Path(path).resolve())
