@@ -26,6 +26,8 @@ std::vector<BackendStatus> backend_statuses() {
         const auto backend = registry.create(e.name);
         s.detail = backend->description();
         s.devices = backend->devices();
+        for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16, Precision::INT8})
+          if (backend->supports(p)) s.precisions.push_back(precision_name(p));
         s.available = true;
       } catch (const std::exception& ex) {
         s.detail = ex.what();

@@ -5,10 +5,14 @@
 namespace engine::cli {
 
 std::string render_backend_table(const std::vector<BackendStatus>& statuses, const std::string& indent) {
-  TextTable table({"backend", "priority", "status", "runs on / why not"});
-  for (const auto& s : statuses)
+  TextTable table({"backend", "priority", "status", "precisions", "runs on / why not"});
+  for (const auto& s : statuses) {
+    std::string precisions;
+    for (const auto& p : s.precisions) precisions += (precisions.empty() ? "" : ",") + p;
     table.add({s.name, std::to_string(s.priority),
-               s.available ? (s.is_default ? "available (default)" : "available") : "not available", s.detail});
+               s.available ? (s.is_default ? "available (default)" : "available") : "not available",
+               precisions.empty() ? "-" : precisions, s.detail});
+  }
   return table.render({1}, indent);
 }
 

@@ -218,12 +218,16 @@ NB_MODULE(_engine, m) {
           d["default"] = s.is_default;
           d["priority"] = s.priority;
           d["detail"] = s.detail;
+          nb::list precisions;
+          for (const auto& p : s.precisions) precisions.append(p);
+          d["precisions"] = precisions;
           out.append(d);
         }
         return out;
       },
-      "The backends built in, in registration order: name, available, default, priority, and detail (what it "
-      "runs on, or why it cannot run here).");
+      "The backends built in, in registration order: name, available, default, priority, detail (what it "
+      "runs on, or why it cannot run here), and precisions (the precision= values it takes; empty when "
+      "unavailable).");
 
   nb::class_<Session>(m, "Session")
       .def(nb::new_(&make_session), "path"_a, "backend"_a = "", "precision"_a = "fp32", "max_batch"_a = nb::none(),

@@ -183,6 +183,9 @@ TEST_F(EngineCli, BackendsListsCpu) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("cpu"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("available"), std::string::npos) << r.out;
+  // The precisions each available backend takes (--precision): the reference emulates every one.
+  EXPECT_NE(r.out.find("precisions"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fp32,tf32,fp16,bf16,int8"), std::string::npos) << r.out;
 }
 
 TEST_F(EngineCli, RunJsonSummaryIsTheWholeStdout) {

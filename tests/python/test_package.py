@@ -55,11 +55,15 @@ def test_backends_match_the_cli():
     names = [r["name"] for r in rows]
     assert names[:2] == ["cpu", "reference"]
     for r in rows:
-        assert set(r) == {"name", "available", "default", "priority", "detail"}
+        assert set(r) == {"name", "available", "default", "priority", "detail", "precisions"}
         assert r["detail"], f"{r['name']}: no description or reason"
+        # What load(precision=...) takes: fp32 everywhere it runs; nothing where it cannot run.
+        assert ("fp32" in r["precisions"]) == r["available"], r
     assert sum(r["default"] for r in rows) == 1
     cpu = rows[0]
     assert cpu["available"]
+    assert "fp16" not in cpu["precisions"]
+    assert rows[1]["precisions"] == ["fp32", "tf32", "fp16", "bf16", "int8"]  # the reference emulates all
     if ENGINE.exists():
         cli = subprocess.run([str(ENGINE), "backends"], capture_output=True, text=True, check=True).stdout
         for r in rows:
