@@ -207,3 +207,20 @@ def test_torch_reduced_precision_configurations(model, tmp_path):
     bad = subprocess.run([sys.executable, REPO / "tools" / "bench_torch.py", model, "--device", "cpu", "--dtype", "fp8"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "fp8" in bad.stderr
+
+
+def test_precision_figure_and_ncu_pass_from_the_committed_device_files(tmp_path):
+    """The session-7 H100 files in docs/bench/s7-h100 stay readable by the tools that made the figure
+    and the kernel table of docs/perf-cudnn-precision.md."""
+    pytest.importorskip("matplotlib")
+    data = REPO / "docs" / "bench" / "s7-h100"
+    png = tmp_path / "precision.png"
+    run([sys.executable, REPO / "tools" / "plot_precision.py", "--dir", data, "-o", png])
+    assert png.stat().st_size > 10_000
+    import gzip
+    csv = tmp_path / "ncu.csv"
+    csv.write_bytes(gzip.decompress((data / "precision-ncu.csv.gz").read_bytes()))
+    proc = run([sys.executable, REPO / "tools" / "ncu_pass.py", csv])
+    heads = [line for line in proc.stdout.splitlines() if line.startswith("==")]
+    assert heads[0].startswith("== fp32: pass of 26 kernels") and heads[1].startswith("== fp16: pass of 28 kernels"), heads
+    assert "from_f32_kernel" in proc.stdout and "to_f32_kernel" in proc.stdout
