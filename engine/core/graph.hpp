@@ -57,6 +57,12 @@ struct Graph {
   std::vector<int> group_of;        // per node: index into groups, or -1 (empty when no groups)
 
   const Value& value(int id) const { return values.at(id); }
+  // The value whose storage `id` shares: itself, or the source of a flatten alias (aliases always
+  // point at a non-alias, but a chain would be followed too).
+  int storage_root(int id) const {
+    while (values.at(size_t(id)).alias_of >= 0) id = values[size_t(id)].alias_of;
+    return id;
+  }
   int64_t output_elements(size_t i) const { return values.at(outputs.at(i)).elements; }
 };
 

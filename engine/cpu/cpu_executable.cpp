@@ -103,7 +103,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     int64_t out_shift = 0;  // floats per image from the output value's start (a concat input's slice)
   };
   std::vector<Ids> ids;
-  auto root = [&](int id) { return graph_.values[size_t(id)].alias_of >= 0 ? graph_.values[size_t(id)].alias_of : id; };
+  auto root = [&](int id) { return graph_.storage_root(id); };
   int fused_count = 0, by_channel = 0;
   int64_t scratch_floats = 0;
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {

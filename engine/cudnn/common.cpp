@@ -3,18 +3,16 @@
 #include <cuda_fp16.h>
 #include <fmt/format.h>
 
+#include <array>
 #include <cstring>
-
 #include <limits>
 
 #include "engine/cudnn/steps.hpp"
 
 namespace engine::cudnn {
+namespace {
 
-std::string node_label(const formats::Node& node) {
-  return fmt::format("node '{}' ({})", node.name, formats::op_name(node.op));
-}
-
+// The storage type's bits of one value, rounded to nearest even (upload's conversion).
 std::array<unsigned char, 4> scalar_bits(float value, const Storage& storage) {
   std::array<unsigned char, 4> bits{};
   if (storage.dtype == CUDNN_DATA_HALF) {
@@ -27,6 +25,12 @@ std::array<unsigned char, 4> scalar_bits(float value, const Storage& storage) {
     std::memcpy(bits.data(), &value, sizeof value);
   }
   return bits;
+}
+
+}  // namespace
+
+std::string node_label(const formats::Node& node) {
+  return fmt::format("node '{}' ({})", node.name, formats::op_name(node.op));
 }
 
 gpu::DeviceBuffer<unsigned char> upload(const std::vector<float>& values, const Storage& storage,

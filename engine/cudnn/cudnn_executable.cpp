@@ -215,7 +215,7 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
       case OpType::Flatten:
         break;  // an alias: it shares its source's storage (value_ptr_ follows a moved source)
       case OpType::Dense:
-        steps_.push_back(make_dense_step(ctx, node, graph_.value(root(planned.inputs.at(0))).shape, x, y));
+        steps_.push_back(make_dense_step(ctx, node, graph_.value(graph_.storage_root(planned.inputs.at(0))).shape, x, y));
         break;
       case OpType::Softmax:
         steps_.push_back(make_softmax_step(ctx, node, in0.elements, x, y));
@@ -229,8 +229,8 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
       case OpType::Concat: {
         std::vector<ConcatInput> inputs;
         for (int input : planned.inputs) {
-          const Shape& stored = graph_.value(root(input)).shape;
-          const int64_t pixels = storage_.nhwc() && stored.size() == 3 ? stored[1] * stored[2] : 1;
+          const Shape& stored = graph_.value(graph_.storage_root(input)).shape;
+          const int64_t pixels = storage_.nhwc_for(stored) ? stored[1] * stored[2] : 1;
           inputs.push_back(ConcatInput{value_ptr(input), graph_.value(input).elements, pixels});
         }
         steps_.push_back(make_concat_step(ctx, node, std::move(inputs), graph_.value(planned.output).elements, y));
@@ -241,11 +241,6 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
     }
   }
   for (auto& step : exits) steps_.push_back(std::move(step));
-}
-
-int CudnnExecutable::root(int value_id) const {
-  while (graph_.value(value_id).alias_of >= 0) value_id = graph_.value(value_id).alias_of;
-  return value_id;
 }
 
 // fp32 NCHW unless asked otherwise: the exact path. fp16 / bf16 store NHWC, the layout cuDNN's
@@ -264,7 +259,7 @@ Storage CudnnExecutable::choose_storage() {
     for (size_t id = 0; id < graph_.values.size() && nhwc; ++id) {
       const Value& v = graph_.values[id];
       if (v.alias_of < 0) continue;
-      const Shape& src = graph_.value(root(int(id))).shape;
+      const Shape& src = graph_.value(graph_.storage_root(int(id))).shape;
       if (src.size() != 3 || src[0] == 1 || src[1] * src[2] == 1) continue;
       for (int c : v.consumers)
         if (graph_.nodes[size_t(c)].node->op != OpType::Dense) {
@@ -291,7 +286,7 @@ class EdgeConversionStep final : public Step {
     type_ = storage.dtype == CUDNN_DATA_HALF       ? gpu::StorageType::F16
             : storage.dtype == CUDNN_DATA_BFLOAT16 ? gpu::StorageType::BF16
                                                    : gpu::StorageType::F32;
-    nhwc_ = storage.nhwc() && stored_shape.size() == 3;
+    nhwc_ = storage.nhwc_for(stored_shape);
     shape_.channels = nhwc_ ? int(stored_shape[0]) : int(formats::element_count(stored_shape));
     shape_.pixels = nhwc_ ? int(stored_shape[1] * stored_shape[2]) : 1;
     const std::string stored = fmt::format("{} {}", storage.type_name(), nhwc_ ? "NHWC" : "NCHW");
@@ -329,10 +324,10 @@ void CudnnExecutable::add_edge_conversions(std::vector<std::unique_ptr<Step>>& e
     void* block = private_blocks_.back().data();
     CUDA_CHECK_CTX(cudaMemsetAsync(block, 0xFF, private_blocks_.back().bytes(), stream()), what);
     for (size_t id = 0; id < graph_.values.size(); ++id)
-      if (root(int(id)) == r) value_ptr_[id] = block;
+      if (graph_.storage_root(int(id)) == r) value_ptr_[id] = block;
     return block;
   };
-  const int in = root(graph_.input);
+  const int in = graph_.storage_root(graph_.input);
   void* in_block = own_block(in, fmt::format("input '{}' in {} {}", graph_.value(in).name, storage_.type_name(),
                                              storage_.layout_name()));
   steps_.push_back(std::make_unique<EdgeConversionStep>(fmt::format("input '{}'", graph_.value(in).name), storage_,
@@ -340,7 +335,7 @@ void CudnnExecutable::add_edge_conversions(std::vector<std::unique_ptr<Step>>& e
                                                         max_batch_));
   std::vector<int> done{in};
   for (int out : graph_.outputs) {
-    const int r = root(out);
+    const int r = graph_.storage_root(out);
     void* block = value_ptr_[size_t(r)];
     if (std::find(done.begin(), done.end(), r) == done.end()) {
       block = own_block(r, fmt::format("output '{}' in {} {}", graph_.value(r).name, storage_.type_name(),

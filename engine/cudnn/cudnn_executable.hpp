@@ -27,8 +27,6 @@ class CudnnExecutable final : public gpu::GpuExecutable {
   // Where a conv may write the value of the relu that follows it (see build_steps), or nullptr.
   void* fused_relu_destination(size_t conv_index);
   void* value_ptr(int value_id) const { return value_ptr_.at(size_t(value_id)); }
-  // The value whose storage `value_id` shares (itself unless a flatten alias).
-  int root(int value_id) const;
   Storage choose_storage();
   // Reduced precision or NHWC: the input's and outputs' own blocks and their conversion steps (the
   // input's into steps_, the outputs' into `exits`, appended after the nodes).

@@ -30,7 +30,7 @@ class DenseStep final : public Step {
     precision_ = ctx.options.precision;
     // A [C, H, W] input stored NHWC reaches this layer (through a flatten) in (h, w, c) order: the
     // weight's columns are permuted to match, once, here.
-    permuted_ = storage_.nhwc() && stored_shape.size() == 3 && stored_shape[0] > 1 && stored_shape[1] * stored_shape[2] > 1;
+    permuted_ = storage_.nhwc_for(stored_shape) && stored_shape[0] > 1 && stored_shape[1] * stored_shape[2] > 1;
     weight_ = upload(permuted_ ? nhwc_filter(node.weight->values, units_, int(stored_shape[0]), int(stored_shape[1]),
                                              int(stored_shape[2]))
                                : node.weight->values,

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "engine/cudnn/cudnn_check.hpp"
 
@@ -70,6 +71,9 @@ struct Storage {
 
   size_t bytes() const { return dtype == CUDNN_DATA_FLOAT ? 4 : 2; }
   bool nhwc() const { return format == CUDNN_TENSOR_NHWC; }
+  // Whether a value of this per-sample shape is stored channels-last: only [C, H, W] values are;
+  // vectors and other ranks keep their order.
+  bool nhwc_for(const std::vector<int64_t>& shape) const { return nhwc() && shape.size() == 3; }
   bool fp32() const { return dtype == CUDNN_DATA_FLOAT; }
   const char* type_name() const {
     return dtype == CUDNN_DATA_HALF ? "fp16" : dtype == CUDNN_DATA_BFLOAT16 ? "bf16" : "fp32";

@@ -146,7 +146,7 @@ class ScaleShiftStep final : public Step {
     channels_ = int(input_shape[0]);
     inner_ = int(formats::element_count(input_shape) / input_shape[0]);
     // NHWC storage holds a [C, H, W] value as [H * W, C]: the descriptor says so (channel stride 1).
-    nhwc_ = storage_.nhwc() && input_shape.size() == 3;
+    nhwc_ = storage_.nhwc_for(input_shape);
     scale_ = upload(node.weight->values, storage_, label_ + " scale");
     shift_ = upload(node.bias->values, storage_, label_ + " shift");
     CUDNN_CHECK_CTX(cudnnSetOpTensorDescriptor(mul_, CUDNN_OP_TENSOR_MUL, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN),

@@ -7,7 +7,6 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include <array>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -162,8 +161,6 @@ std::string node_label(const formats::Node& node);
 // only). Layout changes are the caller's (see nhwc_filter).
 gpu::DeviceBuffer<unsigned char> upload(const std::vector<float>& values, const Storage& storage,
                                         const std::string& what);
-// The storage type's bits of one value (upload's conversion).
-std::array<unsigned char, 4> scalar_bits(float value, const Storage& storage);
 // A [k, c, h, w] filter (or a [units, c, h, w] dense weight seen through a flatten) permuted to
 // [k, h, w, c].
 std::vector<float> nhwc_filter(const std::vector<float>& w, int k, int c, int h, int width);

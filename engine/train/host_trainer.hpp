@@ -155,10 +155,7 @@ class HostTrainer final : public TrainExecutable {
     std::vector<T> wt;           // dense: weight transposed, [k][units], refreshed each forward
   };
 
-  int root(int v) const {
-    while (graph_.values[size_t(v)].alias_of >= 0) v = graph_.values[size_t(v)].alias_of;
-    return v;
-  }
+  int root(int v) const { return graph_.storage_root(v); }
   T* act(int v, int s = 0) { return act_[size_t(root(v))].data() + int64_t(s) * graph_.values[size_t(v)].elements; }
   T* grad(int v, int s = 0) {
     auto& g = grad_[size_t(root(v))];

@@ -24,19 +24,12 @@
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/common/test_models.hpp"
+#include "tests/gpu/gpu_op_test_util.hpp"
 
 namespace {
 
 using engine::custom::train::DeviceTrainer;
-
-int visible_gpus() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
+using gpu_test::visible_gpus;
 
 struct Data {
   std::vector<uint8_t> raw, labels;

@@ -1,6 +1,7 @@
 #pragma once
 // What the GPU backends' op tests share (tests/gpu/custom_*.cpp, tests/gpu/cudnn_*.cpp): batch cases,
 // node attributes, and "run this model on backend X and on cpu, NaN-poisoned, and check".
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,6 +15,17 @@
 #include "tests/common/test_models.hpp"
 
 namespace gpu_test {
+
+// CUDA devices visible to this process; 0 without a usable driver (the error is cleared, so a later
+// launch check does not report it as its own).
+inline int visible_gpus() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
 
 // ENGINE_SANITIZER_RUN=1: compute-sanitizer runs kernels 10-100x slower; tests use fewer, smaller runs.
 inline bool sanitizer_run() {

@@ -19,17 +19,11 @@
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/common/test_models.hpp"
+#include "tests/gpu/gpu_op_test_util.hpp"
 
 namespace {
 
-int visible_gpus() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+using gpu_test::visible_gpus;
 
 struct SplitCase {
   std::string backend;

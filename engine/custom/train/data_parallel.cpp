@@ -41,6 +41,7 @@ class DataParallelTrainer final : public TrainExecutable {
     for (size_t i = 1; i < replicas_.size(); ++i) replicas_[i]->write_parameters(p);
     std::string on;
     for (int d : devices_) on += (on.empty() ? "" : ", ") + std::to_string(d);
+    results_.resize(replicas_.size());
     summary_ = fmt::format("data parallel on {} GPUs ({}): each batch split into contiguous shards, gradients summed "
                            "by NCCL {} (ring all-reduce), the same optimiser step on every replica\n{}",
                            replicas_.size(), on, nccl_version(), replicas_[0]->plan_summary());
@@ -64,15 +65,16 @@ class DataParallelTrainer final : public TrainExecutable {
     replicas_[0]->check_labels(labels, n);
     const size_t sample_bytes = input_sample_bytes();
     const int64_t count = parameter_count();
-    std::vector<BatchResult> results(replicas_.size());
     auto work = [&](int d) {
       const int first = int(int64_t(d) * n / parts), last = int(int64_t(d + 1) * n / parts);
       DeviceTrainer& r = *replicas_[size_t(d)];
-      if (last > first)
-        results[size_t(d)] = r.shard_gradients(static_cast<const uint8_t*>(input) + size_t(first) * sample_bytes,
-                                               labels + first, last - first, n);
-      else
+      if (last > first) {
+        results_[size_t(d)] = r.shard_gradients(static_cast<const uint8_t*>(input) + size_t(first) * sample_bytes,
+                                                labels + first, last - first, n);
+      } else {
+        results_[size_t(d)] = BatchResult{};
         r.zero_gradients();  // fewer samples than GPUs: this replica adds nothing but still steps
+      }
       {
         gpu::DeviceGuard guard(r.device());
         nccl_check(ncclAllReduce(r.gradient_data(), r.gradient_data(), size_t(count), ncclFloat, ncclSum,
@@ -83,7 +85,7 @@ class DataParallelTrainer final : public TrainExecutable {
     };
     workers_.run(work);
     BatchResult total;
-    for (const auto& r : results) {
+    for (const auto& r : results_) {
       total.loss_sum += r.loss_sum;
       total.correct += r.correct;
     }
@@ -120,6 +122,7 @@ class DataParallelTrainer final : public TrainExecutable {
   std::vector<std::unique_ptr<DeviceTrainer>> replicas_;
   std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
+  std::vector<BatchResult> results_;  // per replica, the last step's (no allocation per step)
   WorkerGroup workers_;
   std::string summary_;
 };

@@ -119,10 +119,7 @@ DeviceTrainer::~DeviceTrainer() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
 }
 
-int DeviceTrainer::root(int v) const {
-  while (graph_.values[size_t(v)].alias_of >= 0) v = graph_.values[size_t(v)].alias_of;
-  return v;
-}
+int DeviceTrainer::root(int v) const { return graph_.storage_root(v); }
 float* DeviceTrainer::act(int v) const { return act_[size_t(root(v))].data(); }
 float* DeviceTrainer::grad(int v) const {
   const auto& g = grad_[size_t(root(v))];
