@@ -193,10 +193,19 @@ TEST(CustomFused, BitwiseEqualAcrossBatchSplits) {
   }
 }
 
+// ENGINE_FUSED_IMAGE_HANDOFF=barrier for one scope: the image chain's clusters hand each layer over
+// with a cluster barrier instead of st.async + mbarrier (the default).
+class ScopedBarrierHandoff {
+ public:
+  ScopedBarrierHandoff() { setenv("ENGINE_FUSED_IMAGE_HANDOFF", "barrier", 1); }
+  ~ScopedBarrierHandoff() { unsetenv("ENGINE_FUSED_IMAGE_HANDOFF"); }
+};
+
 // The image chain (small batches) and the tiled kernels give the same bits for the same images: the
 // same summation order per output, the same activation and softmax code. Forced both ways on the
 // same images of every random chain: 97 images (one image per block), 33 (clusters of 4 blocks per
-// image on a 132-SM GPU) and 5 (clusters of 8), each against the tiled kernels' first images.
+// image on a 132-SM GPU), 5 and 1 (clusters of 8), each against the tiled kernels' first images;
+// the clusters both with the asynchronous hand-offs between layers and with cluster barriers.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
@@ -221,15 +230,19 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
     auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
     ASSERT_TRUE(contains(exe->execution_path(), "image chain kernel for batches <= 1000000"))
         << exe->execution_path() << "\n" << exe->plan_summary();
-    for (int batch : {n, 33, 5}) {
+    auto compare = [&](int batch, const char* handoff) {
       const auto image = testing_support::run_backend(model, "custom", input.data(), batch, n);
       ASSERT_EQ(image.size(), tiled.size());
       for (size_t o = 0; o < image.size(); ++o) {
         ASSERT_EQ(image[o].size() * size_t(n), tiled[o].size() * size_t(batch));
         EXPECT_EQ(std::memcmp(image[o].data(), tiled[o].data(), image[o].size() * sizeof(float)), 0)
-            << "output " << o << " of " << batch << " images differs between the image chain and the tiled kernels";
+            << "output " << o << " of " << batch << " images (" << handoff
+            << " hand-offs) differs between the image chain and the tiled kernels";
       }
-    }
+    };
+    for (int batch : {n, 33, 5, 1}) compare(batch, "asynchronous");
+    ScopedBarrierHandoff barrier;
+    for (int batch : {33, 5}) compare(batch, "cluster-barrier");
   }
 }
 

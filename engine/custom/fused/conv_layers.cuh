@@ -159,7 +159,11 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
             store(&out[oc * O.channel + y * O.pitch], apply_epilogue(p, pool_epi));
         }
       }
-    } else if (valid) {
+    } else {
+      // Lanes past the last item read inputs too; in a cluster, every lane of the warp is done
+      // reading before any output leaves (conv_layers' callers rely on it, image_chain.cu).
+      if constexpr (!std::is_same_v<Store, LocalStore>) __syncwarp();
+      if (!valid) continue;
       float* out = smem + O.off + t * O.image + (oy0 + O.pad_top) * O.pitch + ox + O.pad_left;
 #pragma unroll
       for (int o = 0; o < OCB; ++o) {

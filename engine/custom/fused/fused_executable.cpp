@@ -26,10 +26,10 @@ int env_int(const char* name, int fallback) {
 // wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
 // kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it
 // (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), ENGINE_FUSED_IMAGE_DENSE=1
-// the image chain's plain dense loop (version 1; 2, the default, prefetches), for benchmarks and
-// tests; the bits are the same either way.
+// the image chain's plain dense loop (version 1; 2, the default, prefetches), and
+// ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
+// hand-offs, for benchmarks and tests; the bits are the same either way.
 constexpr int kImageImagesPerSm = 12;
-constexpr int kImageMaxCluster = 8;
 
 class FusedExecutable final : public gpu::GpuExecutable {
  public:
@@ -101,6 +101,8 @@ class FusedExecutable final : public gpu::GpuExecutable {
                                                                                           kImageMaxCluster))));
         multiprocessors_ = device.multiprocessors;
         plan_.image.dense_pipelined = env_int("ENGINE_FUSED_IMAGE_DENSE", 2) == 1 ? 0 : 1;
+        if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
+          plan_.image.handoff_async = 0;
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "

@@ -31,6 +31,7 @@ inline constexpr int kImageThreads = 512;
 inline constexpr int kImageRowsPerThread = 2;
 inline constexpr int kImageOcb = 2;
 inline constexpr int kImageSliceFloats = 8192;
+inline constexpr int kImageMaxCluster = 8;  // blocks that share one image (a portable cluster size)
 // The dense chain v2's weight slices: rows of weight_t up to this many floats (at least 4 rows).
 inline constexpr int kDenseSliceFloats = 4096;
 
@@ -148,8 +149,13 @@ struct ImageChainParams {
   DenseChainParams dense;  // tile_images = 1; in_off / out_off: one image's rows, after the conv part
   int slice_off[2] = {0, 0};  // two staged slices of dense weights, kImageSliceFloats each
   int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
+  int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
   int dense_pipelined = 1;    // prefetch the next 8 steps' operands in the dense loop (0: the plain loop, A/B)
+  // Clusters: each layer's outputs reach the other blocks as asynchronous stores that complete on a
+  // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
+  // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.
+  int handoff_async = 1;
 };
 
 // Launchers (conv_chain.cu, dense_chain.cu, image_chain.cu). `blocks` is the persistent grid chosen at plan time;

@@ -448,6 +448,10 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
     int64_t widest_units = 0;
     for (int l = 0; l < d.layer_count; ++l) widest_units = std::max<int64_t>(widest_units, d.layers[l].units_padded);
     base = p.acc_off + widest_units;
+    for (int l = 0; l < d.layer_count; ++l) {
+      p.bias_off[l] = int(base);
+      base += d.layers[l].units_padded;  // a multiple of 4: every bias starts 16-byte aligned
+    }
   }
   if (base * 4 > dev.shared_optin_bytes)
     throw NotFused{fmt::format("one image's buffers and weights ({} KiB) exceed the {} KiB of shared memory a block "
