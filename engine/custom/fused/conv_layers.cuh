@@ -59,7 +59,14 @@ __device__ __forceinline__ void load_weight_row(const float* w, float (&v)[OCB])
 struct Divisor {
   int d;
   float inv;
+  // __frcp_rn is the correctly rounded reciprocal, the same value as 1.0f / d without the IEEE
+  // division's subroutine (on the batch-1 critical path at every layer's start).
+#ifdef __CUDA_ARCH__
+  __device__ explicit Divisor(int divisor) : d(divisor), inv(__frcp_rn(float(divisor))) {}
+#else
   __device__ explicit Divisor(int divisor) : d(divisor), inv(1.0f / float(divisor)) {}
+#endif
+  __device__ Divisor(int divisor, float reciprocal) : d(divisor), inv(reciprocal) {}
   __device__ __forceinline__ int div(int n) const {
     int q = __float2int_rz(__int2float_rn(n) * inv);
     const int r = n - q * d;

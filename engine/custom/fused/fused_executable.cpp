@@ -87,8 +87,16 @@ class FusedExecutable final : public gpu::GpuExecutable {
     if (plan_.has_image) {
       if (plan_.has_conv) image_conv_weights_ = upload(plan_.image_conv_weights, "image chain conv weights");
       for (int l = 0; l < plan_.image.dense.layer_count; ++l) {  // the tiled dense chain's uploads
-        plan_.image.dense.layers[l].weight_t = plan_.dense.layers[l].weight_t;
-        plan_.image.dense.layers[l].bias = plan_.dense.layers[l].bias;
+        DenseLayer& L = plan_.image.dense.layers[l];
+        L.weight_t = plan_.dense.layers[l].weight_t;
+        L.bias = plan_.dense.layers[l].bias;
+        // And the image chain's own copy, unit-major: a unit's k steps contiguous (float4 reads).
+        const std::vector<float>& t = plan_.dense_weights[size_t(l)].weight_t;
+        std::vector<float> u(t.size());
+        for (size_t k = 0; k < size_t(L.in_padded); ++k)
+          for (size_t j = 0; j < size_t(L.units_padded); ++j)
+            u[j * size_t(L.in_padded) + k] = t[k * size_t(L.units_padded) + j];
+        L.weight_u = upload(u, fmt::format("image chain dense layer {} weights", l));
       }
       const int bytes = plan_.image.smem_floats * 4;
       image_chain_prepare(bytes, "fused image chain: shared-memory limit");

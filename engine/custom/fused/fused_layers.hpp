@@ -121,6 +121,7 @@ struct DenseLayer {
   int in_off = 0, out_off = 0;  // shared-memory buffers (floats), each [TM][pitch]
   int in_pitch = 0, out_pitch = 0;
   const float* weight_t = nullptr;  // device [in_padded][units_padded], zero padded (transposed)
+  const float* weight_u = nullptr;  // the image chain's copy, unit-major: [units_padded][in_padded]
   const float* bias = nullptr;      // device [units_padded], zero padded (zeros when no bias)
   Epilogue epilogue;
   int slice_rows = 0;  // rows of weight_t per staged slice (the image chain's, or the dense chain v2's)

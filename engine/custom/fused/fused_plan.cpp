@@ -432,12 +432,16 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
       widest[l % 2] = std::max<int64_t>(widest[l % 2], d.layers[l].in_pitch);
       widest[(l + 1) % 2] = std::max<int64_t>(widest[(l + 1) % 2], d.layers[l].out_pitch);
     }
+    base = round_up(base, 4);  // every dense row is read as float4s (image_chain.cu)
+    for (int l = 0; l < 2; ++l) widest[l] = round_up(widest[l], 4);
     for (int l = 0; l < d.layer_count; ++l) {
       DenseLayer& L = d.layers[l];
-      L.slice_rows = std::min(L.in_padded, kImageSliceFloats / L.units_padded);
-      if (L.slice_rows < 1)
-        throw NotFused{fmt::format("dense layer {} has {} units, more than one staged weight slice holds ({})", l,
-                                   L.units, kImageSliceFloats)};
+      // A staged slice holds at least 4 rows of k for every unit (image_chain.cu's DenseShare).
+      L.slice_rows = std::min(L.in_padded, kImageSliceFloats / L.units_padded / 4 * 4);
+      if (L.slice_rows < 4)
+        throw NotFused{fmt::format("dense layer {} has {} units: a staged weight slice of {} floats holds 4 rows "
+                                   "of at most {} units",
+                                   l, L.units, kImageSliceFloats, kImageSliceFloats / 4)};
       L.in_off = int(base + (l % 2 == 0 ? 0 : widest[0]));
       L.out_off = int(base + (l % 2 == 0 ? widest[0] : 0));
     }

@@ -8,9 +8,12 @@
 //  - conv work items are 2 output channels x 2 rows (K*_2 / Generic2 variants; c3: 400 items over
 //    512 threads);
 //  - the conv part hands its output to the dense part in shared memory (one kernel, not two);
-//  - each dense layer's transposed weights are staged through shared memory in slices with
-//    cp.async, two slices in turn, and the first slice is requested before the conv part starts, so
-//    its latency hides behind the convolutions.
+//  - each dense layer's weights are staged through shared memory in slices with cp.async, two
+//    slices in turn, the first one requested while the convolutions run.
+// Batches of a few images spread each image over a cluster of up to 8 blocks (one per SM), each
+// computing a share of every layer and sending it to every block of the cluster with st.async,
+// which completes on a per-layer mbarrier in the receiver: no cluster barrier between layers
+// (session 8: batch 1 from 23 to ~16 us, docs/perf-fused-gpu.md).
 // Every output is summed in the tiled kernels' order (conv_layers.cuh; dense: bias, then k
 // ascending over the zero-padded rows, one fmaf per step), and the same activation and softmax
 // functions run, so an image's outputs have the same bits whichever kernel computed them; the
@@ -32,7 +35,7 @@ namespace cg = cooperative_groups;
 // prints the stamps of its 2,000th launch (a warm one); off by default, and then it compiles to nothing.
 #if ENGINE_IMAGE_CHAIN_TRACE
 __device__ unsigned g_trace_launches = 0;
-__shared__ unsigned long long s_trace[24], s_trace_clock[24];
+__shared__ unsigned long long s_trace[32], s_trace_clock[32];
 __shared__ int s_trace_count;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -41,7 +44,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 #define TRACE_STAMP()                                                                              \
   do {                                                                                             \
-    if (threadIdx.x == 0 && blockIdx.x == 0 && s_trace_count < 24) { s_trace_clock[s_trace_count] = clock64(); s_trace[s_trace_count++] = global_ns(); } \
+    if (threadIdx.x == 0 && blockIdx.x == 0 && s_trace_count < 32) { s_trace_clock[s_trace_count] = clock64(); s_trace[s_trace_count++] = global_ns(); } \
   } while (0)
 #else
 #define TRACE_STAMP() \
@@ -144,6 +147,21 @@ __device__ __forceinline__ void handoff_wait(int i, unsigned parity) {
 #endif
 }
 
+// The bytes one block receives from a layer: each output element once, from the block that
+// computed it (conv_layers.cuh stores every element of the output's interior exactly once; a dense
+// layer stores all its padded units).
+__device__ __forceinline__ int spatial_bytes(const SpatialLayer& L) { return L.out.channels * L.out.height * L.out.width * 4; }
+
+// Arms every hand-off of one image (the keeper thread, once per image).
+// The last dense layer has no hand-off: the team's first block computes all of it (see dense_part).
+__device__ __forceinline__ void handoff_arm_all(const ImageChainParams& p) {
+  const int conv_layers = p.has_conv ? p.conv.layer_count : 0;
+  for (int l = 0; l < conv_layers; ++l)
+    if (!p.conv.layers[l].out.zero_fill) handoff_arm(l, spatial_bytes(p.conv.layers[l]));
+  if (p.has_dense)
+    for (int l = 0; l + 1 < p.dense.layer_count; ++l) handoff_arm(conv_layers + l, p.dense.layers[l].units_padded * 4);
+}
+
 // A cluster barrier in two halves without fences (arrive.relaxed): at the end of an async launch it
 // only keeps a block from exiting before every block has received all it waits for, i.e. before
 // every st.async of this block has landed.
@@ -178,10 +196,6 @@ struct AsyncClusterStore {
   }
 };
 
-// The bytes one block receives from a layer: each output element once, from the block that
-// computed it (conv_layers.cuh stores every element of the output's interior exactly once; a dense
-// layer stores all its padded units).
-__device__ __forceinline__ int spatial_bytes(const SpatialLayer& L) { return L.out.channels * L.out.height * L.out.width * 4; }
 
 template <bool kCluster>
 __device__ auto team_store(const Team<kCluster>& team) {
@@ -200,48 +214,70 @@ __device__ void run_conv_image(const SpatialLayer& L, const float* staged, float
   }
 }
 
-// This block's units of a dense layer, [u0, u1) (multiples of 4), and how many rows of its
-// weight columns one staged slice holds. Computed for every layer once per launch, in parallel, into
-// s_share (the divisions sat on the batch-1 critical path when each layer worked them out in turn).
+// This block's units of a dense layer, [u0, u1) (multiples of 4), and how its slices of the
+// weights are staged. One block per image: `slice_rows` whole rows of weight_t ([k][unit], one
+// contiguous run per slice; each thread's unit strided by the row). A cluster (a few units per
+// block): the unit-major copy, `slice_rows` rows of k for each of the block's `cols` units, unit
+// after unit, `pitch` floats apart, read as float4s; the pitch is a multiple of 4 with pitch / 4
+// odd, so the 8 lanes of each quarter-warp read from 8 different bank groups. Computed for every
+// layer once per launch, in parallel, into s_share (the divisions sat on the batch-1 critical path
+// when each layer worked them out in turn). The plan keeps 4 * units_padded <= kImageSliceFloats.
 struct DenseShare {
-  int u0, u1, cols, slice_rows, slices;
+  int u0, u1, cols, slice_rows, slices, pitch, unit_major;
+  float inv_quads;  // 1 / (quads per unit in a full slice): request_slice's index split (Divisor)
   DenseShare() = default;
-  __device__ DenseShare(const DenseLayer& D, int rank, int size) {
+  __device__ DenseShare(const DenseLayer& D, int rank, int size, bool rank0_only = false) {
     const WorkRange<ClusterStore> r(D.units_padded, 4, rank, size);
-    u0 = r.lo;
-    u1 = r.hi;
+    u0 = rank0_only ? 0 : r.lo;
+    u1 = rank0_only ? (rank == 0 ? D.units_padded : 0) : r.hi;
     cols = u1 - u0;
-    slice_rows = cols > 0 ? min(D.in_padded, kImageSliceFloats / cols) : D.in_padded;
+    unit_major = size > 1;
+    slice_rows = D.in_padded;
+    pitch = cols;
+    if (cols > 0 && !unit_major) {
+      slice_rows = min(D.in_padded, kImageSliceFloats / cols / 4 * 4);
+    } else if (cols > 0) {
+      slice_rows = min(D.in_padded, kImageSliceFloats / cols / 4 * 4);
+      pitch = slice_rows;
+      if ((slice_rows / 4) % 2 == 0) {
+        if (cols * (slice_rows + 4) <= kImageSliceFloats) pitch = slice_rows + 4;
+        else pitch = slice_rows -= 4;
+      }
+    }
     slices = (D.in_padded + slice_rows - 1) / slice_rows;
+    inv_quads = __frcp_rn(float(slice_rows / 4));
   }
 };
 __shared__ DenseShare s_share[kMaxDenseLayers];
 
-// Requests slice `slice` of this block's weight columns of a dense layer into `dst` ([rows][cols],
-// 16-byte copies by the whole block); the caller commits the group.
-__device__ __forceinline__ void request_slice(const DenseLayer& D, const DenseShare& sh, int slice, float* dst) {
+// Requests slice `slice` of this block's units of a dense layer into `dst` (see DenseShare), 16-byte
+// copies by threads t0 .. t0 + threads - 1, consecutive threads on consecutive 16 bytes; the caller
+// commits the group.
+__device__ __forceinline__ void request_slice(const DenseLayer& D, const DenseShare& sh, int slice, float* dst,
+                                              int t0, int threads) {
   const int r0 = slice * sh.slice_rows;
   const int rows = min(sh.slice_rows, D.in_padded - r0);
-  const int quads = sh.cols / 4;  // cols is a multiple of 4, as units_padded is
-  if (quads == 0) return;
-  if (sh.cols == D.units_padded) {  // one block per image: whole rows, one contiguous run
+  const int t = int(threadIdx.x) - t0;
+  if (t < 0 || t >= threads || sh.cols == 0) return;
+  if (!sh.unit_major) {  // whole rows of weight_t: one contiguous run
     const float* src = D.weight_t + size_t(r0) * D.units_padded;
-    for (int i = threadIdx.x * 4; i < rows * sh.cols; i += blockDim.x * 4) __pipeline_memcpy_async(dst + i, src + i, 16);
+    for (int i = t * 4; i < rows * sh.cols; i += threads * 4) __pipeline_memcpy_async(dst + i, src + i, 16);
     return;
   }
-  for (int i = threadIdx.x; i < rows * quads; i += blockDim.x) {
-    const int row = i / quads, q = i - row * quads;
-    __pipeline_memcpy_async(dst + row * sh.cols + 4 * q, D.weight_t + size_t(r0 + row) * D.units_padded + sh.u0 + 4 * q,
-                            16);
+  const int quads = rows / 4;
+  // The slice's quads per unit; the last slice may be shorter than the reciprocal was made for.
+  const Divisor by_quads = quads * 4 == sh.slice_rows ? Divisor(quads, sh.inv_quads) : Divisor(quads);
+  const float* src = D.weight_u + size_t(sh.u0) * D.in_padded + r0;
+  for (int i = t; i < sh.cols * quads; i += threads) {
+    const int c = by_quads.div(i), q = i - c * quads;
+    __pipeline_memcpy_async(dst + c * sh.pitch + 4 * q, src + size_t(c) * D.in_padded + 4 * q, 16);
   }
 }
 
 // s + sum over r of a[r] * w[r * stride], one fmaf per step, r ascending (the tiled kernels' order,
 // so the same bits), with the shared-memory loads of the next 8 steps issued before the FMAs of
-// these 8: a unit's 400-step chain (f5) is the batch-1 forward's longest, and without the prefetch
-// each group of 8 waited one shared-memory latency on top of its FMA chain (Nsight Compute,
-// docs/perf-fused-gpu.md "Session 6"). ENGINE_FUSED_IMAGE_DENSE=1 (fused_executable.cpp) keeps the
-// plain loop for A/B.
+// these 8 (one block per image, where many threads share the loads' latency).
+// ENGINE_FUSED_IMAGE_DENSE=1 (fused_executable.cpp) keeps the plain loop for A/B.
 template <bool kPipelined>
 __device__ __forceinline__ float dense_chain(const float* a, const float* w, int stride, int rows, float s) {
   int r = 0;
@@ -277,11 +313,101 @@ __device__ __forceinline__ float dense_chain(const float* a, const float* w, int
   return s;
 }
 
+// The same sum over a unit-major slice (a cluster's few units per block): a and w 16-byte aligned,
+// rows a multiple of 4. A unit's 400-step chain (f5) is the batch-1 forward's longest: the strided
+// loop above (two scalar loads per step) ran at ~15 cycles per step there, bound by shared-memory
+// loads (tools/probes/batch1_floor.cu: 13 cycles per step for such a loop alone); here a float4 of
+// each operand serves 4 steps, and the next 8 steps' operands are loaded before the FMAs of these 8.
+__device__ __forceinline__ float dense_chain4(const float* a, const float* w, int rows, float s) {
+  {
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    const int n4 = rows / 4;
+    int k = 0;
+    if (n4 >= 4) {
+      float4 ca0 = a4[0], ca1 = a4[1], cw0 = w4[0], cw1 = w4[1];
+      for (k = 2; k + 2 <= n4; k += 2) {
+        const float4 na0 = a4[k], na1 = a4[k + 1], nw0 = w4[k], nw1 = w4[k + 1];
+        s = fmaf(ca0.x, cw0.x, s); s = fmaf(ca0.y, cw0.y, s); s = fmaf(ca0.z, cw0.z, s); s = fmaf(ca0.w, cw0.w, s);
+        s = fmaf(ca1.x, cw1.x, s); s = fmaf(ca1.y, cw1.y, s); s = fmaf(ca1.z, cw1.z, s); s = fmaf(ca1.w, cw1.w, s);
+        ca0 = na0; ca1 = na1; cw0 = nw0; cw1 = nw1;
+      }
+      s = fmaf(ca0.x, cw0.x, s); s = fmaf(ca0.y, cw0.y, s); s = fmaf(ca0.z, cw0.z, s); s = fmaf(ca0.w, cw0.w, s);
+      s = fmaf(ca1.x, cw1.x, s); s = fmaf(ca1.y, cw1.y, s); s = fmaf(ca1.z, cw1.z, s); s = fmaf(ca1.w, cw1.w, s);
+    }
+    for (; k < n4; ++k) {
+      const float4 x = a4[k], y = w4[k];
+      s = fmaf(x.x, y.x, s); s = fmaf(x.y, y.y, s); s = fmaf(x.z, y.z, s); s = fmaf(x.w, y.w, s);
+    }
+    return s;
+  }
+}
+
+// softmax_row_warp (device_act.cuh) for a row held one value per lane (U <= 32; lanes >= U hold
+// anything): the same operations on the same values, so the same bits.
+__device__ __forceinline__ void softmax_lanes(float v, int U, float* dst, int lane) {
+  float m = -__int_as_float(0x7f800000);
+  if (lane < U) m = fmaxf(m, v);
+  m = warp_max(m);
+  float s = 0.0f;
+  if (lane < U) s += expf(v - m);
+  s = warp_sum(s);
+  if (lane < U) dst[lane] = expf(v - m) / s;
+}
+
+// load_input_tile (conv_layers.cuh) for one image whose elements tid and tid + blockDim.x were
+// read into registers at the kernel's start (their global latency then overlaps the prologue
+// instead of following it): the same places and the same epilogue. Ends with a barrier.
+__device__ void store_prefetched_input(const ConvChainParams& p, const float (&v)[2], float* smem) {
+  const int in_elements = p.input_channels * p.input_height * p.input_width;
+  const int in_hw = p.input_height * p.input_width;
+  const unsigned epi = p.input_epilogue.code;
+  if (p.input.zero_fill) {
+    zero_buffer(smem, p.input, 1);
+    __syncthreads();
+  }
+  const Divisor by_hw(in_hw), by_w(p.input_width);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int e = int(threadIdx.x) + k * int(blockDim.x);
+    if (e >= in_elements) break;
+    const float x = apply_epilogue(v[k], epi);
+    if (p.input.dense) {
+      smem[p.input.off + e] = x;
+    } else {
+      const int c = by_hw.div(e), hw = e - c * in_hw;
+      const int row = by_w.div(hw), col = hw - row * p.input_width;
+      smem[p.input.off + c * p.input.channel + (row + p.input.pad_top) * p.input.pitch + col + p.input.pad_left] = x;
+    }
+  }
+  __syncthreads();
+}
+
+// Whether the last dense layer runs in block 0's first warp and ends in softmax_lanes: with
+// asynchronous hand-offs (the layer stays in block 0), a softmax, at most 32 padded units in one
+// slice (DenseShare gives block 0 all of them: unit u on lane u).
+__device__ __forceinline__ bool softmax_in_lanes(const ImageChainParams& p, bool cluster) {
+  if (!cluster || !p.handoff_async || !p.has_dense || !p.dense.softmax) return false;
+  const DenseLayer& L = p.dense.layers[p.dense.layer_count - 1];
+  return L.units_padded <= 32 && s_share[p.dense.layer_count - 1].slices == 1;
+}
+
+// Every dense layer's bias into shared memory (p.bias_off), by threads t0 .. t0 + threads - 1; the
+// caller commits the group.
+__device__ __forceinline__ void stage_dense_biases(const ImageChainParams& p, float* smem, int t0, int threads) {
+  const int t = int(threadIdx.x) - t0;
+  if (t < 0 || t >= threads || !p.has_dense) return;
+  for (int l = 0; l < p.dense.layer_count; ++l)
+    for (int i = t * 4; i < p.dense.layers[l].units_padded; i += threads * 4)
+      __pipeline_memcpy_async(smem + p.bias_off[l] + i, p.dense.layers[l].bias + i, 16);
+}
+
 // Every dense layer of one image: its input row is at layers[0].in_off in every block of the team;
 // slice 0 of layer 0 was requested into slice buffer 0 (and committed) before the call. Ends with a
 // team barrier.
 template <bool kCluster>
-__device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kCluster>& team, unsigned parity) {
+__device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kCluster>& team, unsigned parity,
+                           float* y) {
   const DenseChainParams& dp = p.dense;
   float* acc = smem + p.acc_off;
   const int first_handoff = p.has_conv ? p.conv.layer_count : 0;
@@ -289,46 +415,88 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
   for (int l = 0; l < dp.layer_count; ++l) {
     const DenseLayer& D = dp.layers[l];
     const DenseShare sh = s_share[l];
+    const bool last = l + 1 == dp.layer_count;
     const unsigned epi = D.epilogue.code;
     const float* bias = smem + p.bias_off[l];
     const float* a = smem + D.in_off;
+    // A cluster's block computes a few units (f5: 16), so whole warps are left over: they request
+    // the next slice after the barrier, while the units are computed (requested before it, by
+    // every thread, the copies' issue sat between the previous layer and this one's FMAs: 0.5 us
+    // for f5 at batch 1). Otherwise every thread requests it before the barrier.
+    const int busy = (sh.cols + 31) / 32 * 32;
+    const bool spare = kCluster && busy + 32 <= int(blockDim.x);
+    // The last layer of an asynchronous team, all in block 0's first warp, ends in the softmax on
+    // the lanes' values (no round trip through shared memory and a barrier); see softmax_fused().
+    const bool lanes_softmax = last && softmax_in_lanes(p, kCluster);
     for (int j = 0; j < sh.slices; ++j) {
-      // The next slice (of this layer or the next) loads while this one is used.
-      if (j + 1 < sh.slices) {
-        request_slice(D, sh, j + 1, smem + p.slice_off[buf ^ 1]);
-      } else if (l + 1 < dp.layer_count) {
-        request_slice(dp.layers[l + 1], s_share[l + 1], 0, smem + p.slice_off[buf ^ 1]);
+      auto request_next = [&](int t0) {  // the next slice (of this layer or the next) loads while this one is used
+        if (j + 1 < sh.slices)
+          request_slice(D, sh, j + 1, smem + p.slice_off[buf ^ 1], t0, int(blockDim.x) - t0);
+        else if (l + 1 < dp.layer_count)
+          request_slice(dp.layers[l + 1], s_share[l + 1], 0, smem + p.slice_off[buf ^ 1], t0, int(blockDim.x) - t0);
+        __pipeline_commit();
+      };
+      if (spare) {
+        __pipeline_wait_prior(0);  // this thread's copies of this slice have landed
+        __syncthreads();           // and everyone's; slice buf ^ 1 is no longer read
+        request_next(busy);
+      } else {
+        request_next(0);
+        __pipeline_wait_prior(1);  // every group but the newest: this slice has landed
+        __syncthreads();
       }
-      __pipeline_commit();
-      __pipeline_wait_prior(1);  // every group but the newest: this slice has landed
-      __syncthreads();
       const int r0 = j * sh.slice_rows;
       const int rows = min(sh.slice_rows, D.in_padded - r0);
-      const float* w = smem + p.slice_off[buf] - sh.u0;
+      const float* w = smem + p.slice_off[buf];
+      TRACE_STAMP();
+      if (lanes_softmax) {
+        if (team.rank == 0 && threadIdx.x < 32) {
+          const int u = int(threadIdx.x);
+          float v = 0.0f;
+          if (u < sh.u1) {
+            const float s = dense_chain4(a, w + u * sh.pitch, rows, bias[u]);
+            v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
+          }
+          softmax_lanes(v, D.units, y, u);
+        }
+        continue;
+      }
       for (int u = sh.u0 + int(threadIdx.x); u < sh.u1; u += blockDim.x) {
         float s = j == 0 ? bias[u] : acc[u];
-        s = p.dense_pipelined ? dense_chain<true>(a + r0, w + u, sh.cols, rows, s)
-                              : dense_chain<false>(a + r0, w + u, sh.cols, rows, s);
+        if constexpr (kCluster) {  // unit-major slices (DenseShare::unit_major is size > 1)
+          const float* wu = w + (u - sh.u0) * sh.pitch;
+          s = p.dense_pipelined ? dense_chain4(a + r0, wu, rows, s) : dense_chain<false>(a + r0, wu, 1, rows, s);
+        } else {
+          s = p.dense_pipelined ? dense_chain<true>(a + r0, w + u, sh.cols, rows, s)
+                                : dense_chain<false>(a + r0, w + u, sh.cols, rows, s);
+        }
         if (j + 1 < sh.slices) {
           acc[u] = s;
         } else {
           const float v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
-          if (kCluster && p.handoff_async) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], v);
+          if (kCluster && p.handoff_async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], v);
+          else if (kCluster && p.handoff_async) smem[D.out_off + u] = v;  // the last layer stays in block 0
           else team_store(team)(&smem[D.out_off + u], v);
         }
       }
-      __syncthreads();  // the slice buffer is requested again two slices on
+      TRACE_STAMP();  // thread 0's unit (the first of block 0) is done and stored
+      if (!spare) __syncthreads();  // the slice buffer is requested again two slices on
       buf ^= 1;
     }
-    // The layer's outputs, from every block, are in place.
-    if (kCluster && p.handoff_async) handoff_wait(first_handoff + l, parity);
+    // The layer's outputs, from every block, are in place (the last one's, with asynchronous
+    // hand-offs, in block 0 alone: only its softmax or copy-out reads them).
+    if (lanes_softmax) break;  // the image's output is written
+    if (kCluster && p.handoff_async && last) __syncthreads();
+    else if (kCluster && p.handoff_async) handoff_wait(first_handoff + l, parity);
     else team.sync();
     TRACE_STAMP();
   }
 }
 
+// Two blocks per SM without clusters (batches of up to 12 images per SM, throughput: at most 64
+// registers); a cluster runs one block per SM.
 template <bool kCluster>
-__global__ void __launch_bounds__(kImageThreads)
+__global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
     image_chain_kernel(const __grid_constant__ ImageChainParams p, const float* __restrict__ conv_weights,
                        const float* __restrict__ x, float* __restrict__ y, int n) {
   extern __shared__ __align__(16) float smem[];
@@ -339,42 +507,81 @@ __global__ void __launch_bounds__(kImageThreads)
   const Team<kCluster> team;
   const auto st = team_store(team);
   const ConvChainParams& cp = p.conv;
+  // The first image's input, two elements per thread, requested before anything else.
+  float prefetched[2] = {0.0f, 0.0f};
+  const int in_count = cp.input_channels * cp.input_height * cp.input_width;
+  const bool prefetch = p.has_conv && in_count <= 2 * int(blockDim.x) && int(blockIdx.x) / team.size < n;
+  if (prefetch) {
+    const float* src = x + size_t(blockIdx.x / team.size) * in_count;
+    if (int(threadIdx.x) < in_count) prefetched[0] = src[threadIdx.x];
+    if (int(threadIdx.x + blockDim.x) < in_count) prefetched[1] = src[threadIdx.x + blockDim.x];
+  }
   const DenseChainParams& dp = p.dense;
   const bool async = kCluster && p.handoff_async;
   const int conv_layers = p.has_conv ? cp.layer_count : 0;
   const int dense_layers = p.has_dense ? dp.layer_count : 0;
-  if (async && threadIdx.x == 0) handoff_init(conv_layers + dense_layers);
-  if (int(threadIdx.x) < dense_layers) s_share[threadIdx.x] = DenseShare(dp.layers[threadIdx.x], team.rank, team.size);
+  // The hand-offs' mbarriers belong to the block's last warp (idle at batch 1 while the first
+  // layers run): initialised here, armed once each image's opening barrier has passed.
+  const unsigned keeper = blockDim.x - 32;
+  if (async && threadIdx.x == keeper) handoff_init(conv_layers + dense_layers);
+  const int warps = int(blockDim.x) / 32;
+  // The first dense slice: with asynchronous hand-offs and a conv part, the last 4 warps request it
+  // once the convolutions start (they have no conv work at batch 1; it took 1.4 us at the head of
+  // the forward when every thread issued it there); otherwise every thread at the image's start.
+  const bool slice_in_conv = async && p.has_conv && p.has_dense && warps > 4;
+  // With asynchronous hand-offs the team's first block computes the whole last dense layer (LeNet-5's
+  // f7: 10 units, one warp) and keeps it: no hand-off before the softmax, which that block runs.
+  {
+    const int l = int(threadIdx.x) - (blockDim.x > 256 ? 256 : 0);  // warps the first layers leave idle
+    if (l >= 0 && l < dense_layers)
+      s_share[l] = DenseShare(dp.layers[l], team.rank, team.size, async && l == dense_layers - 1);
+  }
   // Conv weights and biases, and the dense biases, staged once for every image this block runs
   // (their own group).
   if (p.has_conv)
     for (int i = threadIdx.x * 4; i < cp.weight_floats; i += blockDim.x * 4)
       __pipeline_memcpy_async(smem + i, conv_weights + i, 16);
-  for (int l = 0; l < dense_layers; ++l)
-    for (int i = threadIdx.x * 4; i < dp.layers[l].units_padded; i += blockDim.x * 4)
-      __pipeline_memcpy_async(smem + p.bias_off[l] + i, dp.layers[l].bias + i, 16);
+  if (!slice_in_conv) stage_dense_biases(p, smem, 0, blockDim.x);  // else with the first slice, off the critical path
   __pipeline_commit();
-  __syncthreads();  // s_share
+  // s_share is read next at the image's start, or (slice_in_conv) after the barriers of the input's load.
+  if (!slice_in_conv) __syncthreads();
+  TRACE_STAMP();
   const int in_elements = cp.input_channels * cp.input_height * cp.input_width;
   const DenseLayer& first = dp.layers[0];
   const int teams = gridDim.x / team.size;
   unsigned parity = 0;
   bool arrived = false;  // async: this block's half of the closing cluster barrier
   for (int img = blockIdx.x / team.size; img < n; img += teams, parity ^= 1) {
-    if (p.has_dense) request_slice(first, s_share[0], 0, smem + p.slice_off[0]);
+    const bool first_image = img == int(blockIdx.x) / team.size;
+    if (p.has_dense && !slice_in_conv) request_slice(first, s_share[0], 0, smem + p.slice_off[0], 0, blockDim.x);
     __pipeline_commit();
-    // Every hand-off this image will use, armed before the barrier that lets other blocks store.
-    if (async && threadIdx.x == 0) {
-      for (int l = 0; l < conv_layers; ++l)
-        if (!cp.layers[l].out.zero_fill) handoff_arm(l, spatial_bytes(cp.layers[l]));
-      for (int l = 0; l < dense_layers; ++l) handoff_arm(conv_layers + l, dp.layers[l].units_padded * 4);
-    }
+    // The first image's opening barrier in two halves: it orders the mbarriers' initialisation
+    // before any block's first st.async (fence.mbarrier_init above), and needs no fence of its own,
+    // so its latency hides behind the input's load. Later images (a team that runs several) open
+    // with a full cluster barrier: every block is past its previous image. Each hand-off is armed
+    // after the opening barrier with the bytes this block will receive; st.async bytes that land
+    // before the arming count against the same phase (its transaction count may go negative), and
+    // the phase cannot complete before the arming, its one expected arrival.
+    if (async && first_image) cluster_arrive_relaxed();
+    TRACE_STAMP();
     if (p.has_conv) {
       // Every block of the team loads the input and keeps the whole of every activation.
-      load_input_tile(cp, x + size_t(img) * in_elements, 1, smem);
+      if (prefetch && first_image) store_prefetched_input(cp, prefetched, smem);
+      else load_input_tile(cp, x + size_t(img) * in_elements, 1, smem);
       TRACE_STAMP();
       __pipeline_wait_prior(1);  // the conv weights (the dense slice may still be in flight)
-      team.sync();  // every block is past its previous image and has zeroed its padded input
+      if (async && first_image) {
+        __syncthreads();  // every thread's share of the conv weights has landed
+        cluster_wait();
+      } else {
+        team.sync();  // every block is past its previous image and has zeroed its padded input
+      }
+      if (slice_in_conv) {
+        request_slice(first, s_share[0], 0, smem + p.slice_off[0], (warps - 4) * 32, 128);
+        if (first_image) stage_dense_biases(p, smem, (warps - 4) * 32, 128);
+      }
+      __pipeline_commit();
+      if (async && threadIdx.x == keeper) handoff_arm_all(p);
       TRACE_STAMP();
       for (int l = 0; l < cp.layer_count; ++l) {
         const SpatialLayer& L = cp.layers[l];
@@ -413,12 +620,19 @@ __global__ void __launch_bounds__(kImageThreads)
       const float* src = x + size_t(img) * F;
       for (int k = threadIdx.x; k < first.in_padded; k += blockDim.x)
         smem[first.in_off + k] = k < F ? apply_epilogue(src[k], dp.input_epilogue) : 0.0f;
-      team.sync();  // every block is past its previous image
+      if (async && first_image) {
+        __syncthreads();
+        cluster_wait();
+      } else {
+        team.sync();  // every block is past its previous image
+      }
+      if (async && threadIdx.x == keeper) handoff_arm_all(p);
     }
     __syncthreads();
     TRACE_STAMP();
     if (p.has_dense) {
-      dense_part(p, smem, team, parity);
+      const DenseLayer& last_layer = dp.layers[dp.layer_count - 1];
+      dense_part(p, smem, team, parity, y + size_t(img) * last_layer.units);
       if (async && img + teams >= n) {
         cluster_arrive_relaxed();  // every hand-off this block waits for has landed
         arrived = true;
@@ -426,7 +640,7 @@ __global__ void __launch_bounds__(kImageThreads)
       const DenseLayer& last = dp.layers[dp.layer_count - 1];
       const int U = last.units;
       float* dst = y + size_t(img) * U;
-      if (team.rank == 0) {
+      if (team.rank == 0 && !softmax_in_lanes(p, kCluster)) {
         if (dp.softmax) {
           if (threadIdx.x < 32) softmax_row_warp(smem + last.out_off, U, dst, threadIdx.x);
         } else {
