@@ -11,6 +11,13 @@
 #include "engine/custom/fused/device_act.cuh"
 #include "engine/custom/fused/fused_layers.hpp"
 
+// Phase stamps for the batch-1 study: image_chain.cu's trace build defines it; nothing otherwise.
+#ifndef CONV_TRACE_STAMP
+#define CONV_TRACE_STAMP() \
+  do {                     \
+  } while (0)
+#endif
+
 namespace engine::custom::fused {
 
 // Where a layer's outputs go: this block's shared memory (the tiled kernels, the image chain on one
@@ -106,6 +113,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
   const float* bias = staged + L.bias_off;
   const unsigned epi = L.epilogue.code, pool_epi = L.pool_epilogue.code;  // once per layer, in registers
   const WorkRange<Store> range(rounded, 32, part, parts);  // whole warps: the pooling shuffle needs every lane
+  CONV_TRACE_STAMP();
   for (int base = range.lo + threadIdx.x; base < range.hi; base += blockDim.x) {
     const bool valid = base < total;
     // Past the end: the last two items again (the same column pair), results dropped.
@@ -148,6 +156,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
         }
       }
     }
+    CONV_TRACE_STAMP();
     if (pooled) {
       // OW is even (plan rule) and item parity is lane parity: lanes 2j, 2j + 1 hold columns ox, ox + 1
       // of the same rows; the even lane stores.

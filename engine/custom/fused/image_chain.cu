@@ -21,21 +21,16 @@
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
-#include "engine/custom/fused/conv_layers.cuh"
-#include "engine/custom/fused/fused_layers.hpp"
-#include "engine/gpu/cuda_check.hpp"
+#include <cstdlib>
 
 namespace engine::custom::fused {
 namespace {
-
-namespace cg = cooperative_groups;
-
 // Phase timing for the batch-1 study (docs/perf-fused-gpu.md, "Session 8"): built with
 // -DENGINE_IMAGE_CHAIN_TRACE=1, block 0 stamps %globaltimer after every phase of its first image and
 // prints the stamps of its 2,000th launch (a warm one); off by default, and then it compiles to nothing.
 #if ENGINE_IMAGE_CHAIN_TRACE
 __device__ unsigned g_trace_launches = 0;
-__shared__ unsigned long long s_trace[32], s_trace_clock[32];
+__shared__ unsigned long long s_trace[64], s_trace_clock[64];
 __shared__ int s_trace_count;
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -44,13 +39,25 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }
 #define TRACE_STAMP()                                                                              \
   do {                                                                                             \
-    if (threadIdx.x == 0 && blockIdx.x == 0 && s_trace_count < 32) { s_trace_clock[s_trace_count] = clock64(); s_trace[s_trace_count++] = global_ns(); } \
+    if (threadIdx.x == 0 && blockIdx.x == 0 && s_trace_count < 64) { s_trace_clock[s_trace_count] = clock64(); s_trace[s_trace_count++] = global_ns(); } \
   } while (0)
 #else
 #define TRACE_STAMP() \
   do {                \
   } while (0)
 #endif
+
+}  // namespace
+}  // namespace engine::custom::fused
+#define CONV_TRACE_STAMP() TRACE_STAMP()  // the conv layers' own phases too (conv_layers.cuh)
+#include "engine/custom/fused/conv_layers.cuh"
+#include "engine/custom/fused/fused_layers.hpp"
+#include "engine/gpu/cuda_check.hpp"
+
+namespace engine::custom::fused {
+namespace {
+
+namespace cg = cooperative_groups;
 
 // Thread-block clusters exist from sm_90 (Hopper). Below it, the cluster instance compiles as a
 // one-block team and is never launched with clusters (image_chain_max_cluster answers 1).
@@ -725,6 +732,11 @@ void image_chain_forward(const ImageChainParams& p, const float* conv_weights, c
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   config.gridDim = dim3(unsigned(n * cluster));
+#if ENGINE_IMAGE_CHAIN_TRACE
+  // Trace builds: ENGINE_IMAGE_CHAIN_ONE_TEAM=1 runs every image on one cluster, one after another,
+  // so the stamps show a warm second image beside the first (the study of what is cold per launch).
+  if (const char* one = std::getenv("ENGINE_IMAGE_CHAIN_ONE_TEAM"); one && one[0] == '1') config.gridDim = dim3(unsigned(cluster));
+#endif
   config.blockDim = dim3(kImageThreads);
   config.dynamicSmemBytes = size_t(p.smem_floats) * sizeof(float);
   config.stream = stream;
