@@ -360,6 +360,52 @@ TEST(CustomFusedPlan, ScaleShiftAndConcatAreNeverFused) {
       engine::custom::fused::plan_fused(engine::plan_graph(plain), device)));
 }
 
+// The image chain reads dense rows, weight slices and biases as 16-byte vectors (float4 steps,
+// cp.async) and stages at least 4 rows of k per unit in a slice: every plan it takes must keep those
+// offsets multiples of 4 floats and its dense layers within kImageSliceFloats / 4 units, and a
+// layer wider than that gets the tiled kernels with the reason stated. Host-only: runs everywhere.
+TEST(CustomFusedPlan, ImageChainBuffersAreVectorAligned) {
+  namespace fz = engine::custom::fused;
+  const fz::DeviceShape device{132, 227 * 1024};
+  int imaged = 0;
+  for (uint32_t i = 0; i < 80; ++i) {
+    auto model = random_chain(9700 + i);
+    SCOPED_TRACE(model->name);
+    auto planned = fz::plan_fused(engine::plan_graph(model), device);
+    if (!std::holds_alternative<fz::FusedPlan>(planned)) continue;
+    const fz::FusedPlan& plan = std::get<fz::FusedPlan>(planned);
+    if (!plan.has_image || !plan.image.has_dense) continue;
+    ++imaged;
+    const fz::ImageChainParams& p = plan.image;
+    EXPECT_EQ(p.slice_off[0] % 4, 0);
+    EXPECT_EQ(p.slice_off[1] % 4, 0);
+    EXPECT_EQ(p.acc_off % 4, 0);
+    for (int l = 0; l < p.dense.layer_count; ++l) {
+      const fz::DenseLayer& L = p.dense.layers[l];
+      EXPECT_EQ(L.in_off % 4, 0) << "layer " << l;
+      EXPECT_EQ(L.out_off % 4, 0) << "layer " << l;
+      EXPECT_EQ(p.bias_off[l] % 4, 0) << "layer " << l;
+      EXPECT_EQ(L.in_padded % 4, 0) << "layer " << l;
+      EXPECT_LE(4 * L.units_padded, fz::kImageSliceFloats) << "layer " << l;
+    }
+    EXPECT_LE(int64_t(p.smem_floats) * 4, 227 * 1024);
+  }
+  EXPECT_GT(imaged, 20) << "too few random chains took the image chain with dense layers";
+
+  auto wide = ModelBuilder("wide", {1, 8, 8})
+                  .unary("f", OpType::Flatten, "x")
+                  .dense("d1", "f", 64, 2100, 9720)
+                  .unary("t", OpType::Tanh, "d1")
+                  .dense("d2", "t", 2100, 10, 9722)
+                  .outputs({"d2"})
+                  .build();
+  auto planned = fz::plan_fused(engine::plan_graph(wide), device);
+  ASSERT_TRUE(std::holds_alternative<fz::FusedPlan>(planned));
+  const fz::FusedPlan& plan = std::get<fz::FusedPlan>(planned);
+  EXPECT_FALSE(plan.has_image);
+  EXPECT_TRUE(contains(plan.image_why, "dense layer 0 has 2100 units")) << plan.image_why;
+}
+
 // The core planner's arena for the fused plan holds only what the kernels read and write.
 TEST(CustomFused, ArenaHoldsOnlyTheChainsInputsAndOutputs) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
