@@ -124,7 +124,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     const int busy = (sh.cols + 31) / 32 * 32;
     const bool spare = kCluster && busy + 32 <= int(blockDim.x);
     // The last layer of an asynchronous team, all in block 0's first warp, ends in the softmax on
-    // the lanes' values (no round trip through shared memory and a barrier); see softmax_fused().
+    // the lanes' values (no round trip through shared memory and a barrier); see softmax_lanes (image_dense.cuh).
     const bool lanes_softmax = last && softmax_in_lanes(p, kCluster);
     for (int j = 0; j < sh.slices; ++j) {
       auto request_next = [&](int t0) {  // the next slice (of this layer or the next) loads while this one is used
