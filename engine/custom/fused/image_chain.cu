@@ -109,6 +109,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
   const DenseChainParams& dp = p.dense;
   float* acc = smem + p.acc_off;
   const int first_handoff = p.has_conv ? p.conv.layer_count : 0;
+  const bool async = kCluster && p.handoff_async;
   int buf = 0;
   for (int l = 0; l < dp.layer_count; ++l) {
     const DenseLayer& D = dp.layers[l];
@@ -172,8 +173,8 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
           acc[u] = s;
         } else {
           const float v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
-          if (kCluster && p.handoff_async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], v);
-          else if (kCluster && p.handoff_async) smem[D.out_off + u] = v;  // the last layer stays in block 0
+          if (async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], v);
+          else if (async) smem[D.out_off + u] = v;  // the last layer stays in block 0
           else team_store(team)(&smem[D.out_off + u], v);
         }
       }
@@ -184,8 +185,8 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     // The layer's outputs, from every block, are in place (the last one's, with asynchronous
     // hand-offs, in block 0 alone: only its softmax or copy-out reads them).
     if (lanes_softmax) break;  // the image's output is written
-    if (kCluster && p.handoff_async && last) __syncthreads();
-    else if (kCluster && p.handoff_async) handoff_wait(first_handoff + l, parity);
+    if (async && last) __syncthreads();
+    else if (async) handoff_wait(first_handoff + l, parity);
     else team.sync();
     TRACE_STAMP();
   }
@@ -207,12 +208,12 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
   const ConvChainParams& cp = p.conv;
   // The first image's input, two elements per thread, requested before anything else.
   float prefetched[2] = {0.0f, 0.0f};
-  const int in_count = cp.input_channels * cp.input_height * cp.input_width;
-  const bool prefetch = p.has_conv && in_count <= 2 * int(blockDim.x) && int(blockIdx.x) / team.size < n;
+  const int in_elements = cp.input_channels * cp.input_height * cp.input_width;
+  const bool prefetch = p.has_conv && in_elements <= 2 * int(blockDim.x) && int(blockIdx.x) / team.size < n;
   if (prefetch) {
-    const float* src = x + size_t(blockIdx.x / team.size) * in_count;
-    if (int(threadIdx.x) < in_count) prefetched[0] = src[threadIdx.x];
-    if (int(threadIdx.x + blockDim.x) < in_count) prefetched[1] = src[threadIdx.x + blockDim.x];
+    const float* src = x + size_t(blockIdx.x / team.size) * in_elements;
+    if (int(threadIdx.x) < in_elements) prefetched[0] = src[threadIdx.x];
+    if (int(threadIdx.x + blockDim.x) < in_elements) prefetched[1] = src[threadIdx.x + blockDim.x];
   }
   const DenseChainParams& dp = p.dense;
   const bool async = kCluster && p.handoff_async;
@@ -244,7 +245,6 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
   // s_share is read next at the image's start, or (slice_in_conv) after the barriers of the input's load.
   if (!slice_in_conv) __syncthreads();
   TRACE_STAMP();
-  const int in_elements = cp.input_channels * cp.input_height * cp.input_width;
   const DenseLayer& first = dp.layers[0];
   const int teams = gridDim.x / team.size;
   unsigned parity = 0;
@@ -329,15 +329,14 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
     __syncthreads();
     TRACE_STAMP();
     if (p.has_dense) {
-      const DenseLayer& last_layer = dp.layers[dp.layer_count - 1];
-      dense_part(p, smem, team, parity, y + size_t(img) * last_layer.units);
+      const DenseLayer& last = dp.layers[dp.layer_count - 1];
+      const int U = last.units;
+      float* dst = y + size_t(img) * U;
+      dense_part(p, smem, team, parity, dst);
       if (async && img + teams >= n) {
         cluster_arrive_relaxed();  // every hand-off this block waits for has landed
         arrived = true;
       }
-      const DenseLayer& last = dp.layers[dp.layer_count - 1];
-      const int U = last.units;
-      float* dst = y + size_t(img) * U;
       if (team.rank == 0 && !softmax_in_lanes(p, kCluster)) {
         if (dp.softmax) {
           if (threadIdx.x < 32) softmax_row_warp(smem + last.out_off, U, dst, threadIdx.x);
