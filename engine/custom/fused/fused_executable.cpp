@@ -104,9 +104,14 @@ class FusedExecutable final : public gpu::GpuExecutable {
       if (per_sm >= 1) {
         image_blocks_ = per_sm * device.multiprocessors;
         image_max_ = env_int("ENGINE_FUSED_IMAGE_MAX", kImageImagesPerSm * device.multiprocessors);
-        image_cluster_ =
-            image_chain_max_cluster(bytes, std::max(1, std::min(kImageMaxCluster, env_int("ENGINE_FUSED_IMAGE_CLUSTER",
-                                                                                          kImageMaxCluster))));
+        // The largest cluster asked for (ENGINE_FUSED_IMAGE_CLUSTER, default kImageMaxCluster) that
+        // the device can launch, and how many of each size fit at once.
+        const int want = std::max(1, std::min(kImageMaxCluster, env_int("ENGINE_FUSED_IMAGE_CLUSTER", kImageMaxCluster)));
+        image_cluster_ = 1;
+        for (int size = 2; size <= want; size *= 2) {
+          cluster_capacity_[size] = image_chain_cluster_capacity(bytes, size);
+          if (cluster_capacity_[size] >= 1) image_cluster_ = size;
+        }
         multiprocessors_ = device.multiprocessors;
         plan_.image.dense_pipelined = env_int("ENGINE_FUSED_IMAGE_DENSE", 2) == 1 ? 0 : 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
@@ -114,10 +119,9 @@ class FusedExecutable final : public gpu::GpuExecutable {
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "
-            "batches of at most {} images spread each image over a cluster of up to {} blocks; the same bits as "
-            "the kernels above",
+            "{}; the same bits as the kernels above",
             image_max_, kImageThreads, double(bytes) / 1024, per_sm, kImageOcb, kImageRowsPerThread,
-            kImageSliceFloats * 4 / 1024, image_cluster_ > 1 ? device.multiprocessors / 2 : 0, image_cluster_));
+            kImageSliceFloats * 4 / 1024, cluster_text()));
       } else {
         plan_.summary.push_back(fmt::format("no image chain: a block with {} KiB of shared memory cannot be resident",
                                             bytes / 1024));
@@ -131,9 +135,10 @@ class FusedExecutable final : public gpu::GpuExecutable {
 
   void forward(int n) override {
     if (n <= image_max_) {
-      // Few images: each on a cluster of blocks, as large as keeps every block on its own SM.
+      // Few images: each on a cluster of blocks, the largest size whose n clusters all run at once
+      // (each block on its own SM).
       int cluster = image_cluster_;
-      while (cluster > 1 && int64_t(n) * cluster > multiprocessors_) cluster /= 2;
+      while (cluster > 1 && (n > cluster_capacity_[cluster] || int64_t(n) * cluster > multiprocessors_)) cluster /= 2;
       image_chain_forward(plan_.image, image_conv_weights_, plan_.has_conv ? conv_in_ : dense_in_,
                           plan_.has_dense ? dense_out_ : conv_out_, n, image_blocks_, cluster, stream(),
                           "fused image chain");
@@ -146,6 +151,20 @@ class FusedExecutable final : public gpu::GpuExecutable {
   }
 
   std::string plan_summary() const override { return summary_; }
+
+  // Which cluster size forward() picks for a batch, as the plan summary states it.
+  std::string cluster_text() const {
+    std::string text;
+    int from = 1;
+    for (int size = image_cluster_; size > 1; size /= 2) {
+      const int upto = std::min(cluster_capacity_[size], multiprocessors_ / size);
+      if (upto < from) continue;
+      text += fmt::format("{}{} image(s): a cluster of {} blocks per image", text.empty() ? "" : ", ",
+                          upto == from ? std::to_string(from) : fmt::format("{}-{}", from, upto), size);
+      from = upto + 1;
+    }
+    return text.empty() ? "no clusters (one block per image)" : "batches of " + text;
+  }
   std::string execution_path() const override {
     const std::string image = image_max_ > 0 ? fmt::format("; the image chain kernel for batches <= {}", image_max_) : "";
     return fmt::format("fused ({}{})",
@@ -172,6 +191,7 @@ class FusedExecutable final : public gpu::GpuExecutable {
   const float* image_conv_weights_ = nullptr;
   int image_blocks_ = 0, image_max_ = 0;  // image_max_ 0: never
   int image_cluster_ = 1, multiprocessors_ = 1;
+  int cluster_capacity_[kImageMaxCluster + 1] = {};  // by cluster size: clusters the device runs at once
   const float* conv_in_ = nullptr;
   float* conv_out_ = nullptr;
   const float* dense_in_ = nullptr;

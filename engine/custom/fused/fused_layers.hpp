@@ -173,8 +173,10 @@ void dense_chain_forward(const DenseChainParams& p, const float* x, float* y, in
 
 void image_chain_prepare(int smem_bytes, const char* context);
 int image_chain_blocks_per_sm(int smem_bytes);
-// The largest cluster (want, want/2, ..., 2) the image chain can be launched with, or 1.
-int image_chain_max_cluster(int smem_bytes, int want);
+// How many clusters of `size` blocks of the image chain the device runs at once (0: it cannot
+// launch that size). Clusters live inside one GPC, so this is less than SMs / size (H100: 132
+// SMs, but 16 clusters of 8 do not all fit: batch 16 took two waves, 28 us against 16 at batch 4).
+int image_chain_cluster_capacity(int smem_bytes, int size);
 // cluster > 1: n clusters of `cluster` blocks, one image each (n * cluster blocks, the caller keeps
 // that within one wave); otherwise min(n, blocks) blocks looping over the images.
 void image_chain_forward(const ImageChainParams& p, const float* conv_weights, const float* x, float* y, int n,

@@ -384,25 +384,22 @@ int image_chain_blocks_per_sm(int smem_bytes) {
   return blocks;
 }
 
-int image_chain_max_cluster(int smem_bytes, int want) {
-  for (int size = want; size > 1; size /= 2) {
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(size);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.gridDim = dim3(unsigned(size));
-    config.blockDim = dim3(kImageThreads);
-    config.dynamicSmemBytes = size_t(smem_bytes);
-    config.attrs = attr;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, image_chain_kernel<true>, &config) == cudaSuccess && clusters >= 1)
-      return size;
-    (void)cudaGetLastError();  // a size the device cannot schedule is an answer, not an error
-  }
-  return 1;
+int image_chain_cluster_capacity(int smem_bytes, int size) {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(size);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.gridDim = dim3(unsigned(size));
+  config.blockDim = dim3(kImageThreads);
+  config.dynamicSmemBytes = size_t(smem_bytes);
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, image_chain_kernel<true>, &config) == cudaSuccess) return clusters;
+  (void)cudaGetLastError();  // a size the device cannot schedule is an answer, not an error
+  return 0;
 }
 
 void image_chain_forward(const ImageChainParams& p, const float* conv_weights, const float* x, float* y, int n,
