@@ -152,6 +152,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
           request_slice(dp.layers[l + 1], s_share[l + 1], 0, smem + p.slice_off[buf ^ 1], t0, int(blockDim.x) - t0);
         __pipeline_commit();
       };
+      TRACE_STAMP();  // the slice's wait and barrier start
       if (spare) {
         __pipeline_wait_prior(0);  // this thread's copies of this slice have landed
         __syncthreads();           // and everyone's; slice buf ^ 1 is no longer read
@@ -197,6 +198,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
             const float s = fold_lane_chunks(mine, chunks);
             if (u < sh.u1 && q == 0) acc[u] = s;
             named_barrier(1, lanes);
+            TRACE_STAMP();  // the chunks are summed and folded
           }
         }
         if (threadIdx.x < 32) {
@@ -207,6 +209,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
             v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
           }
           softmax_lanes(v, D.units, y, u);
+          TRACE_STAMP();  // the image's probabilities are stored
         }
         continue;
       }
