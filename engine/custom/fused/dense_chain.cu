@@ -5,9 +5,7 @@
 //
 // Version 1: each thread computes 4 images x 4 units (16 accumulators). Per 4 steps of k it reads 4
 // float4 of activations (the same addresses for the lanes of a warp: broadcasts) and 4 float4 of
-// weights (consecutive lanes, consecutive units: coalesced), and does 64 FMAs. Sums run in the
-// fused dense order (dense_order.cuh): chunk after chunk, k ascending in each, 16 more registers
-// holding the chunks already summed.
+// weights (consecutive lanes, consecutive units: coalesced), and does 64 FMAs. Sums run in k order.
 // Nsight Compute (v5 conv chain, H200): warps waited 6.9 of 13.4 cycles per instruction on L1TEX:
 // three blocks per SM leave ~23 KB of L1 for f5's 192 KB of weights, and the tile's 8 image groups
 // each ask L2 for them.
@@ -18,46 +16,12 @@
 // from shared-memory latency instead of L2's. Same bits as version 1 and the image chain.
 #include <cuda_pipeline.h>
 
-#include "engine/custom/fused/dense_order.cuh"
 #include "engine/custom/fused/device_act.cuh"
 #include "engine/custom/fused/fused_layers.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
 namespace engine::custom::fused {
 namespace {
-
-// ChunkedSum (dense_order.cuh) on a thread's 4 x 4 outputs: at a chunk's start, `folded` takes the
-// finished chunk (the first: `first`) or adds it, and the sums restart from 0; at the end (`last`),
-// the last chunk is added to `folded` into `acc`.
-__device__ __forceinline__ void fold_chunk(float (&acc)[4][4], float (&folded)[4][4], bool first, bool last = false) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (last) {
-        acc[i][j] = folded[i][j] + acc[i][j];
-      } else {
-        folded[i][j] = first ? acc[i][j] : folded[i][j] + acc[i][j];
-        acc[i][j] = 0.0f;
-      }
-    }
-}
-
-// Four steps of k for a thread's 4 images x 4 units: a[i] holds image i's activations at k .. k + 3,
-// wk[kk] the 4 units' weights at k + kk.
-__device__ __forceinline__ void fma_4x4(float (&acc)[4][4], const float4 (&a)[4], const float4 (&wk)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float av[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      acc[i][0] = fmaf(av[kk], wk[kk].x, acc[i][0]);
-      acc[i][1] = fmaf(av[kk], wk[kk].y, acc[i][1]);
-      acc[i][2] = fmaf(av[kk], wk[kk].z, acc[i][2]);
-      acc[i][3] = fmaf(av[kk], wk[kk].w, acc[i][3]);
-    }
-  }
-}
 
 // Over the tile's real images only (rounded up to 4: rows past them hold zeros or finite junk and
 // are never stored to global memory).
@@ -75,24 +39,28 @@ __device__ void dense_layer(const DenseLayer& L, float* smem, int images) {
     for (int i = 0; i < 4; ++i) {
       acc[i][0] = b.x; acc[i][1] = b.y; acc[i][2] = b.z; acc[i][3] = b.w;
     }
-    float folded[4][4];  // the chunks before the current one (dense_order.cuh)
     const float* a0 = smem + L.in_off + 4 * t4 * L.in_pitch;
     const float4* w = reinterpret_cast<const float4*>(L.weight_t) + u4;
     // Four k-steps' loads in flight: at small batches a thread's weight loads from L2 are the latency.
-    for (int k0 = 0; k0 < L.in_padded; k0 += L.chunk_rows) {
-      if (k0 > 0) fold_chunk(acc, folded, k0 == L.chunk_rows);
-      const int k1 = min(L.in_padded, k0 + L.chunk_rows);
 #pragma unroll 4
-      for (int k = k0; k < k1; k += 4) {
-        float4 a[4], wk[4];
+    for (int k = 0; k < L.in_padded; k += 4) {
+      float4 a[4], wk[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + k);
+      for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + k);
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wk[kk] = __ldg(w + (k + kk) * w_stride);
-        fma_4x4(acc, a, wk);
+      for (int kk = 0; kk < 4; ++kk) wk[kk] = __ldg(w + (k + kk) * w_stride);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float av[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          acc[i][0] = fmaf(av[kk], wk[kk].x, acc[i][0]);
+          acc[i][1] = fmaf(av[kk], wk[kk].y, acc[i][1]);
+          acc[i][2] = fmaf(av[kk], wk[kk].z, acc[i][2]);
+          acc[i][3] = fmaf(av[kk], wk[kk].w, acc[i][3]);
+        }
       }
     }
-    if (L.in_padded > L.chunk_rows) fold_chunk(acc, folded, false, true);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float v[4] = {acc[i][0], acc[i][1], acc[i][2], acc[i][3]};
@@ -131,8 +99,6 @@ __device__ void dense_layer_staged(const DenseLayer& L, const DenseChainParams& 
     for (int i = 0; i < 4; ++i) {
       acc[i][0] = b.x; acc[i][1] = b.y; acc[i][2] = b.z; acc[i][3] = b.w;
     }
-    float folded[4][4];  // the chunks before the current one (dense_order.cuh)
-    int next_chunk = L.chunk_rows;
     const float* a0 = smem + L.in_off + 4 * t4 * L.in_pitch;
     request_rows(L, 0, min(KS, L.in_padded), smem + p.slice_off[0]);
     __pipeline_commit();
@@ -144,24 +110,29 @@ __device__ void dense_layer_staged(const DenseLayer& L, const DenseChainParams& 
       __syncthreads();           // and everyone's
       if (valid) {
         const float4* w = reinterpret_cast<const float4*>(smem + p.slice_off[j & 1]) + u4;
-        // The slice's rows, in pieces that end where a chunk ends (dense_order.cuh).
-        chunk_runs(r0, rows, next_chunk, L.chunk_rows, [&](int g) { fold_chunk(acc, folded, g == L.chunk_rows); },
-                   [&](int k0, int k1) {
 #pragma unroll 4
-                     for (int k = k0; k < k1; k += 4) {
-                       float4 a[4], wk[4];
+        for (int k = 0; k < rows; k += 4) {
+          float4 a[4], wk[4];
 #pragma unroll
-                       for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + r0 + k);
+          for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + r0 + k);
 #pragma unroll
-                       for (int kk = 0; kk < 4; ++kk) wk[kk] = w[(k + kk) * unit_groups];
-                       fma_4x4(acc, a, wk);
-                     }
-                   });
+          for (int kk = 0; kk < 4; ++kk) wk[kk] = w[(k + kk) * unit_groups];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float av[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              acc[i][0] = fmaf(av[kk], wk[kk].x, acc[i][0]);
+              acc[i][1] = fmaf(av[kk], wk[kk].y, acc[i][1]);
+              acc[i][2] = fmaf(av[kk], wk[kk].z, acc[i][2]);
+              acc[i][3] = fmaf(av[kk], wk[kk].w, acc[i][3]);
+            }
+          }
+        }
       }
       __syncthreads();  // slice j's buffer is refilled by the request for slice j + 2
     }
     if (valid) {
-      if (L.in_padded > L.chunk_rows) fold_chunk(acc, folded, false, true);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float v[4] = {acc[i][0], acc[i][1], acc[i][2], acc[i][3]};

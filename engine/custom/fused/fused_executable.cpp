@@ -114,7 +114,6 @@ class FusedExecutable final : public gpu::GpuExecutable {
         }
         multiprocessors_ = device.multiprocessors;
         plan_.image.dense_pipelined = env_int("ENGINE_FUSED_IMAGE_DENSE", 2) == 1 ? 0 : 1;
-        plan_.image.dense_lanes = env_int("ENGINE_FUSED_IMAGE_LANES", 1) == 0 ? 0 : 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
           plan_.image.handoff_async = 0;
         plan_.summary.push_back(fmt::format(

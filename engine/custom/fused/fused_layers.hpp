@@ -10,13 +10,8 @@
 //                intermediate in shared memory, conv weights staged in shared memory once per block;
 //   dense chain: the dense part (dense + activation ..., softmax) for a tile of TM images per block,
 //                activations in shared memory, weights read through L1/L2 as float4 rows.
-// Both accumulate in fp32 in a fixed order, deterministic, independent of the tile an image lands
-// in: a conv output is its bias, then input channel / kernel column / kernel row; a dense output
-// is the sum of up to kDenseChunks partial sums over consecutive runs of chunk_rows rows of k,
-// ((p0 + p1) + p2) + p3, where p0 starts from the bias and the others from 0 and each runs k
-// ascending, one fmaf per step (DenseLayer::chunk_rows: the chunks are independent chains, which
-// the image chain runs on separate lanes at small batches; a layer of one chunk is bias, then k
-// ascending).
+// Both accumulate in fp32 in a fixed order (bias first, then input channel / kernel column / kernel
+// row, or k ascending): deterministic, independent of the tile an image lands in.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -33,10 +28,6 @@ inline constexpr int kConvRowsPerThread = 4;  // YB: output rows a thread keeps 
 // (2 output channels x 2 rows), each dense layer's weights staged through shared memory in slices
 // of kImageSliceFloats, two slices in turn (the next one loads while the block computes on this one).
 inline constexpr int kImageThreads = 512;
-// Partial sums per dense output (see above): f5's 400-step chain was the batch-1 forward's longest
-// (docs/perf-fused-gpu.md, session 9). Layers of at most kDenseChunkMinRows rows keep one chunk.
-inline constexpr int kDenseChunks = 4;
-inline constexpr int kDenseChunkMinRows = 32;
 inline constexpr int kImageRowsPerThread = 2;
 inline constexpr int kImageOcb = 2;
 inline constexpr int kImageSliceFloats = 8192;
@@ -134,10 +125,6 @@ struct DenseLayer {
   const float* bias = nullptr;      // device [units_padded], zero padded (zeros when no bias)
   Epilogue epilogue;
   int slice_rows = 0;  // rows of weight_t per staged slice (the image chain's, or the dense chain v2's)
-  // Rows of k per partial sum (a multiple of 4; in_padded: one chunk), the same for every kernel
-  // (it fixes the bits); at most kDenseChunks chunks.
-  int chunk_rows = 0;
-  int chunks = 1;  // in_padded / chunk_rows, rounded up
 };
 
 struct DenseChainParams {
@@ -162,12 +149,10 @@ struct ImageChainParams {
   ConvChainParams conv;    // tile_images = 1; K*_2 / Generic2 variants; shared-memory offsets from 0
   DenseChainParams dense;  // tile_images = 1; in_off / out_off: one image's rows, after the conv part
   int slice_off[2] = {0, 0};  // two staged slices of dense weights, kImageSliceFloats each
-  int acc_off = 0;            // [units_padded] running sums of the dense layer being computed (the current chunk)
-  int folded_off = 0;         // [units_padded] the chunks summed before it (dense_order.cuh)
+  int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
   int dense_pipelined = 1;    // prefetch the next 8 steps' operands in the dense loop (0: the plain loop, A/B)
-  int dense_lanes = 1;        // one block per image: chunks on quads of lanes (0: one thread per unit, A/B)
   // Clusters: each layer's outputs reach the other blocks as asynchronous stores that complete on a
   // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
   // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.

@@ -62,17 +62,6 @@ int choose_ocb(int oc, bool tiled, bool image) {
   return best;
 }
 
-// Rows of k per partial sum of a dense output (fused_layers.hpp): kDenseChunks runs of equal length
-// (a multiple of 4) past kDenseChunkMinRows rows, else one. ENGINE_FUSED_DENSE_CHUNKS=1 keeps one
-// chunk for every layer (bias, then k ascending: the order before session 9), for A/B; the bits
-// then differ from the default's, but every kernel still agrees with every other.
-int dense_chunk_rows(int in_padded) {
-  int chunks = kDenseChunks;
-  if (const char* env = std::getenv("ENGINE_FUSED_DENSE_CHUNKS"); env && std::string(env) == "1") chunks = 1;
-  if (chunks == 1 || in_padded <= kDenseChunkMinRows) return in_padded;
-  return round_up((in_padded + chunks - 1) / chunks, 4);
-}
-
 ConvVariant conv_variant(bool tiled, int kernel_h, int ocb, bool image) {
   if (image) {
     if (tiled && kernel_h == 2) return ConvVariant::K2_2;
@@ -358,8 +347,6 @@ void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, con
     L.units_padded = round_up(node.units, 4);
     L.in_pitch = L.in_padded;
     L.out_pitch = L.units_padded;
-    L.chunk_rows = dense_chunk_rows(L.in_padded);
-    L.chunks = (L.in_padded + L.chunk_rows - 1) / L.chunk_rows;
     widest[l % 2] = std::max<int64_t>(widest[l % 2], L.in_pitch);
     widest[(l + 1) % 2] = std::max<int64_t>(widest[(l + 1) % 2], L.out_pitch);
     DenseWeights dw;
@@ -464,10 +451,7 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
     p.acc_off = int(base + 2 * kImageSliceFloats);
     int64_t widest_units = 0;
     for (int l = 0; l < d.layer_count; ++l) widest_units = std::max<int64_t>(widest_units, d.layers[l].units_padded);
-    // Two rows: the chunk being summed and the chunks before it (dense_order.cuh's ChunkedSum),
-    // carried from one slice to the next.
-    p.folded_off = int(p.acc_off + widest_units);
-    base = p.folded_off + widest_units;
+    base = p.acc_off + widest_units;
     for (int l = 0; l < d.layer_count; ++l) {
       p.bias_off[l] = int(base);
       base += d.layers[l].units_padded;  // a multiple of 4: every bias starts 16-byte aligned

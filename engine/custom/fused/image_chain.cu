@@ -14,8 +14,8 @@
 // computing a share of every layer and sending it to every block of the cluster with st.async,
 // which completes on a per-layer mbarrier in the receiver: no cluster barrier between layers
 // (session 8: batch 1 from 23 to ~16 us, docs/perf-fused-gpu.md).
-// Every output is summed in the tiled kernels' order (conv_layers.cuh; dense: dense_order.cuh's
-// chunks, which the dense layers here run on quads of lanes), and the same activation and softmax
+// Every output is summed in the tiled kernels' order (conv_layers.cuh; dense: bias, then k
+// ascending over the zero-padded rows, one fmaf per step), and the same activation and softmax
 // functions run, so an image's outputs have the same bits whichever kernel computed them; the
 // bitwise batch-split tests (tests/gpu/custom_fused_test.cpp) check that across the two paths.
 #include <cooperative_groups.h>
@@ -51,7 +51,6 @@ __device__ __forceinline__ unsigned long long global_ns() {
 }  // namespace engine::custom::fused
 #define CONV_TRACE_STAMP() TRACE_STAMP()  // the conv layers' own phases too (conv_layers.cuh)
 #include "engine/custom/fused/conv_layers.cuh"
-#include "engine/custom/fused/dense_order.cuh"
 #include "engine/custom/fused/fused_layers.hpp"
 #include "engine/custom/fused/image_dense.cuh"
 #include "engine/gpu/cuda_check.hpp"
@@ -109,7 +108,6 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
                            float* y) {
   const DenseChainParams& dp = p.dense;
   float* acc = smem + p.acc_off;
-  float* folded = smem + p.folded_off;
   const int first_handoff = p.has_conv ? p.conv.layer_count : 0;
   const bool async = kCluster && p.handoff_async;
   int buf = 0;
@@ -120,26 +118,11 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     const unsigned epi = D.epilogue.code;
     const float* bias = smem + p.bias_off[l];
     const float* a = smem + D.in_off;
-    // Each unit's chunks (dense_order.cuh) on a quad of lanes, chunk q on lane 4j + q, its sum in
-    // a register from slice to slice, folded by shuffles after the last: a cluster's f5 at batch 1
-    // runs four chains of 100 steps instead of one of 400 (session 9). One block per image stages
-    // rows of every chunk in each slice (DenseShare::chunked), so all four lanes of a quad work on
-    // every slice (with k-major slices only one or two chunks' lanes did, and batch 1,024 took
-    // 157-176 us against 137 with one chunk; now 136 against 143, session 10). Wider layers than
-    // the block has quads of threads for: a thread sums its unit's chunks one after another.
-    const int chunks = D.chunks;
-    const bool lane_chunks = kCluster ? chunks > 1 && sh.cols * 4 <= int(blockDim.x) : bool(sh.chunked);
-    // lane_chunks: this lane's chunk, summed so far (one block per image: from the bias on the
-    // lanes of chunk 0, set here rather than tested on every slice).
-    float part = 0.0f;
-    if (!kCluster && lane_chunks && (threadIdx.x & 3) == 0 && sh.u0 + int(threadIdx.x) / 4 < sh.u1)
-      part = bias[sh.u0 + int(threadIdx.x) / 4];
-    int next_chunk = D.chunk_rows;  // otherwise: the first chunk start at or past the slice's first row
     // A cluster's block computes a few units (f5: 16), so whole warps are left over: they request
     // the next slice after the barrier, while the units are computed (requested before it, by
     // every thread, the copies' issue sat between the previous layer and this one's FMAs: 0.5 us
     // for f5 at batch 1). Otherwise every thread requests it before the barrier.
-    const int busy = ((lane_chunks ? 4 * sh.cols : sh.cols) + 31) / 32 * 32;
+    const int busy = (sh.cols + 31) / 32 * 32;
     const bool spare = kCluster && busy + 32 <= int(blockDim.x);
     // The last layer of an asynchronous team, all in block 0's first warp, ends in the softmax on
     // the lanes' values (no round trip through shared memory and a barrier); see softmax_lanes (image_dense.cuh).
@@ -152,7 +135,6 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
           request_slice(dp.layers[l + 1], s_share[l + 1], 0, smem + p.slice_off[buf ^ 1], t0, int(blockDim.x) - t0);
         __pipeline_commit();
       };
-      TRACE_STAMP();  // the slice's wait and barrier start
       if (spare) {
         __pipeline_wait_prior(0);  // this thread's copies of this slice have landed
         __syncthreads();           // and everyone's; slice buf ^ 1 is no longer read
@@ -165,96 +147,35 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
       const int r0 = j * sh.slice_rows;
       const int rows = min(sh.slice_rows, D.in_padded - r0);
       const float* w = smem + p.slice_off[buf];
-      // The sum over rows k0 .. k0 + len - 1 of this slice for unit u (k0, len: multiples of 4).
-      auto chain = [&](int u, int k0, int len, float s) {
-        if constexpr (kCluster) {  // unit-major slices (DenseShare::unit_major is size > 1)
-          const float* wu = w + (u - sh.u0) * sh.pitch + k0;
-          return p.dense_pipelined ? dense_chain4(a + r0 + k0, wu, len, s) : dense_chain<false>(a + r0 + k0, wu, 1, len, s);
-        } else {
-          const float* wu = w + u + k0 * sh.cols;
-          return p.dense_pipelined ? dense_chain<true>(a + r0 + k0, wu, sh.cols, len, s)
-                                   : dense_chain<false>(a + r0 + k0, wu, sh.cols, len, s);
-        }
-      };
-      // A unit's chunks one after another, from the state the previous slice left (slice_next).
-      auto sequential = [&](int u, ChunkedSum cs, int slice_next) {
-        int next = slice_next;
-        chunk_runs(r0, rows, next, D.chunk_rows, [&](int g) { cs.next_chunk(g, D.chunk_rows); },
-                   [&](int k0, int k1) { cs.part = chain(u, k0, k1 - k0, cs.part); });
-        return cs;
-      };
       TRACE_STAMP();
       if (lanes_softmax) {
-        if (team.rank != 0) continue;
-        // Chunks on quads of lanes of the first warps (f7: 10 units x 4 chunks, two warps), the
-        // sums through shared memory to the first warp, which ends in the softmax.
-        if (chunks > 1) {
-          const int lanes = (4 * D.units_padded + 31) / 32 * 32;  // at most 128: units_padded <= 32
-          if (int(threadIdx.x) < lanes) {
-            const int u = int(threadIdx.x) / 4, q = int(threadIdx.x) & 3;
-            float mine = 0.0f;
-            if (u < sh.u1 && q < chunks)
-              mine = chain(u, q * D.chunk_rows, min(D.chunk_rows, D.in_padded - q * D.chunk_rows), q == 0 ? bias[u] : 0.0f);
-            const float s = fold_lane_chunks(mine, chunks);
-            if (u < sh.u1 && q == 0) acc[u] = s;
-            named_barrier(1, lanes);
-            TRACE_STAMP();  // the chunks are summed and folded
-          }
-        }
-        if (threadIdx.x < 32) {
+        if (team.rank == 0 && threadIdx.x < 32) {
           const int u = int(threadIdx.x);
           float v = 0.0f;
           if (u < sh.u1) {
-            const float s = chunks > 1 ? acc[u] : chain(u, 0, rows, bias[u]);
+            const float s = dense_chain4(a, w + u * sh.pitch, rows, bias[u]);
             v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
           }
           softmax_lanes(v, D.units, y, u);
-          TRACE_STAMP();  // the image's probabilities are stored
         }
         continue;
       }
-      auto finish = [&](int u, float s) {
-        const float v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
-        if (async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], v);
-        else if (async) smem[D.out_off + u] = v;  // the last layer stays in block 0
-        else team_store(team)(&smem[D.out_off + u], v);
-      };
-      if (lane_chunks) {
-        if (int(threadIdx.x) < busy) {  // whole warps: the fold's shuffles
-          const int u = sh.u0 + int(threadIdx.x) / 4, q = int(threadIdx.x) & 3;
-          const int c0 = q * D.chunk_rows, c1 = min(c0 + D.chunk_rows, D.in_padded);  // this lane's chunk
-          if constexpr (kCluster) {
-            const int k0 = max(c0, r0), k1 = min(c1, r0 + rows);  // its rows in this slice
-            if (u < sh.u1 && q < chunks && k0 < k1)
-              part = chain(u, k0 - r0, k1 - k0, k0 > c0 ? part : q == 0 ? bias[u] : 0.0f);
-          } else {  // rows j * slice_rows .. of every chunk, chunk q's at q * pitch
-            const int k0 = j * sh.slice_rows;
-            const int len = min(sh.slice_rows, (q + 1 == chunks ? sh.last_rows : D.chunk_rows) - k0);
-            if (u < sh.u1 && q < chunks && len > 0) {
-              const float* wu = w + q * sh.pitch + (u - sh.u0);
-              part = p.dense_pipelined ? dense_chain<true>(a + c0 + k0, wu, sh.cols, len, part)
-                                       : dense_chain<false>(a + c0 + k0, wu, sh.cols, len, part);
-            }
-          }
-          if (j + 1 == sh.slices) {
-            TRACE_STAMP();  // thread 0's chunk is summed
-            const float s = fold_lane_chunks(part, chunks);
-            TRACE_STAMP();  // and folded
-            if (u < sh.u1 && q == 0) finish(u, s);
-          }
+      for (int u = sh.u0 + int(threadIdx.x); u < sh.u1; u += blockDim.x) {
+        float s = j == 0 ? bias[u] : acc[u];
+        if constexpr (kCluster) {  // unit-major slices (DenseShare::unit_major is size > 1)
+          const float* wu = w + (u - sh.u0) * sh.pitch;
+          s = p.dense_pipelined ? dense_chain4(a + r0, wu, rows, s) : dense_chain<false>(a + r0, wu, 1, rows, s);
+        } else {
+          s = p.dense_pipelined ? dense_chain<true>(a + r0, w + u, sh.cols, rows, s)
+                                : dense_chain<false>(a + r0, w + u, sh.cols, rows, s);
         }
-      } else {
-        const int slice_next = next_chunk;
-        next_chunk = chunk_start_from(next_chunk, r0 + rows, D.chunk_rows);
-        for (int u = sh.u0 + int(threadIdx.x); u < sh.u1; u += blockDim.x) {
-          const ChunkedSum cs =
-              sequential(u, j == 0 ? ChunkedSum(bias[u]) : ChunkedSum(acc[u], folded[u]), slice_next);
-          if (j + 1 < sh.slices) {
-            acc[u] = cs.part;
-            folded[u] = cs.total;
-          } else {
-            finish(u, cs.result(D.in_padded, D.chunk_rows));
-          }
+        if (j + 1 < sh.slices) {
+          acc[u] = s;
+        } else {
+          const float v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
+          if (async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], v);
+          else if (async) smem[D.out_off + u] = v;  // the last layer stays in block 0
+          else team_store(team)(&smem[D.out_off + u], v);
         }
       }
       TRACE_STAMP();  // thread 0's unit (the first of block 0) is done and stored
@@ -312,7 +233,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
   {
     const int l = int(threadIdx.x) - (blockDim.x > 256 ? 256 : 0);  // warps the first layers leave idle
     if (l >= 0 && l < dense_layers)
-      s_share[l] = DenseShare(dp.layers[l], team.rank, team.size, async && l == dense_layers - 1, p.dense_lanes);
+      s_share[l] = DenseShare(dp.layers[l], team.rank, team.size, async && l == dense_layers - 1);
   }
   // Conv weights and biases, and the dense biases, staged once for every image this block runs
   // (their own group).

@@ -6,7 +6,6 @@
 #include <cuda_pipeline.h>
 
 #include "engine/custom/fused/conv_layers.cuh"
-#include "engine/custom/fused/dense_order.cuh"
 #include "engine/custom/fused/device_act.cuh"
 #include "engine/custom/fused/fused_layers.hpp"
 #include "engine/custom/fused/image_team.cuh"
@@ -19,39 +18,21 @@ namespace {
 // contiguous run per slice; each thread's unit strided by the row). A cluster (a few units per
 // block): the unit-major copy, `slice_rows` rows of k for each of the block's `cols` units, unit
 // after unit, `pitch` floats apart, read as float4s; the pitch is a multiple of 4 with pitch / 4
-// odd, so the 8 lanes of each quarter-warp read from 8 different bank groups. One block per image
-// with a chunked layer whose units' quads of lanes fit the block (`chunked`, image_chain.cu's lane
-// path): slice j holds rows j * slice_rows .. of every chunk (`slice_rows` rows per chunk), chunk
-// after chunk, `pitch` floats apart (slice_rows * cols + 8: the 4 chunks' lanes of a warp read from
-// 4 different groups of 8 banks), so every quad's 4 lanes work on every slice; the block copies a
-// slice as `chunks` groups of `group` threads, one chunk each (one loop per thread: a loop over the
-// chunks in every thread was 13 M of the kernel's 104 M instructions at batch 1,024, ncu source
-// counters, session 10). Computed for every
+// odd, so the 8 lanes of each quarter-warp read from 8 different bank groups. Computed for every
 // layer once per launch, in parallel, into s_share (the divisions sat on the batch-1 critical path
 // when each layer worked them out in turn). The plan keeps 4 * units_padded <= kImageSliceFloats.
 struct DenseShare {
-  int u0, u1, cols, slice_rows, slices, pitch, unit_major, chunked;
-  int last_rows, group;  // chunked: the last chunk's rows, copy threads per chunk
+  int u0, u1, cols, slice_rows, slices, pitch, unit_major;
   float inv_quads;  // 1 / (quads per unit in a full slice): request_slice's index split (Divisor)
   DenseShare() = default;
-  __device__ DenseShare(const DenseLayer& D, int rank, int size, bool rank0_only, bool lanes) {
+  __device__ DenseShare(const DenseLayer& D, int rank, int size, bool rank0_only = false) {
     const WorkRange<ClusterStore> r(D.units_padded, 4, rank, size);
     u0 = rank0_only ? 0 : r.lo;
     u1 = rank0_only ? (rank == 0 ? D.units_padded : 0) : r.hi;
     cols = u1 - u0;
     unit_major = size > 1;
-    chunked = lanes && !unit_major && D.chunks > 1 && cols > 0 && cols * 4 <= int(blockDim.x);
     slice_rows = D.in_padded;
     pitch = cols;
-    last_rows = D.in_padded - (D.chunks - 1) * D.chunk_rows;
-    group = int(blockDim.x) / D.chunks;
-    if (chunked) {  // at least 12 rows per chunk: cols <= 128 (kImageThreads / 4)
-      slice_rows = min(D.chunk_rows, (kImageSliceFloats / D.chunks - 8) / cols / 4 * 4);
-      pitch = slice_rows * cols + 8;
-      slices = (D.chunk_rows + slice_rows - 1) / slice_rows;
-      inv_quads = 0.0f;
-      return;
-    }
     if (cols > 0 && !unit_major) {
       slice_rows = min(D.in_padded, kImageSliceFloats / cols / 4 * 4);
     } else if (cols > 0) {
@@ -77,16 +58,6 @@ __device__ __forceinline__ void request_slice(const DenseLayer& D, const DenseSh
   const int rows = min(sh.slice_rows, D.in_padded - r0);
   const int t = int(threadIdx.x) - t0;
   if (t < 0 || t >= threads || sh.cols == 0) return;
-  if (sh.chunked) {  // rows r0 .. of every chunk, one contiguous run each, chunk q by the q-th group of threads
-    const int g = threads == int(blockDim.x) ? sh.group : threads / D.chunks;
-    const int q = int(t >= g) + int(t >= 2 * g) + int(t >= 3 * g);  // kDenseChunks <= 4
-    if (q >= D.chunks) return;
-    const int n = min(sh.slice_rows, (q + 1 == D.chunks ? sh.last_rows : D.chunk_rows) - r0) * sh.cols;
-    const float* src = D.weight_t + size_t(q * D.chunk_rows + r0) * sh.cols;  // cols: every unit (one block)
-    float* d = dst + q * sh.pitch;
-    for (int i = (t - q * g) * 4; i < n; i += g * 4) __pipeline_memcpy_async(d + i, src + i, 16);
-    return;
-  }
   if (!sh.unit_major) {  // whole rows of weight_t: one contiguous run
     const float* src = D.weight_t + size_t(r0) * D.units_padded;
     for (int i = t * 4; i < rows * sh.cols; i += threads * 4) __pipeline_memcpy_async(dst + i, src + i, 16);
@@ -169,12 +140,6 @@ __device__ __forceinline__ float dense_chain4(const float* a, const float* w, in
     }
     return s;
   }
-}
-
-// A barrier among the block's first `threads` threads (a multiple of 32) with id 1 (0 is
-// __syncthreads'): the last dense layer's lanes, which the rest of the block does not wait for.
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // softmax_row_warp (device_act.cuh) for a row held one value per lane (U <= 32; lanes >= U hold
