@@ -4,11 +4,18 @@ one line per file (e.g. a planner choice on and off), with the ratio of each to 
 
     tools/plot_ab.py --label off docs/bench/s6-h100/cudnn-s2d-off.json --label on docs/bench/s6-h100/cudnn-s2d-on.json \\
         --backend cudnn --mode graph -o docs/figures/s6/cudnn-s2d-ab.png
+
+With --variants, each file is instead tools/fused_variants.sh's text output: one line per variant
+and batch, repeated rounds allowed (the median is plotted); the variants are the lines, in order of
+first appearance, the first one the ratios' base:
+
+    tools/plot_ab.py --variants docs/bench/s10-h100/final-ab.txt -o docs/figures/s10/cluster-capacity-ab.png
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import matplotlib
 
@@ -23,27 +30,53 @@ def series(path, backend, mode, scope):
     return [r["batch"] for r in rows], [r["images_per_s"] for r in rows]
 
 
+def variant_series(paths):
+    """{variant: ([batch...], [median images/s...])} from fused_variants.sh lines, e.g.
+    'final          batch     16     0.916 M images/s      17.47 us'."""
+    runs: dict[str, dict[int, list[float]]] = {}
+    for path in paths:
+        for line in open(path):
+            f = line.split()
+            if len(f) >= 5 and f[1] == "batch" and f[4] == "M":
+                runs.setdefault(f[0], {}).setdefault(int(f[2]), []).append(float(f[3]) * 1e6)
+    out = {}
+    for name, by_batch in runs.items():
+        batches = sorted(by_batch)
+        out[name] = (batches, [statistics.median(by_batch[b]) for b in batches])
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="engine bench --json outputs")
-    ap.add_argument("--label", action="append", required=True, help="one per file, in order")
-    ap.add_argument("--backend", required=True)
+    ap.add_argument("--label", action="append", default=[], help="one per file, in order (JSON files)")
+    ap.add_argument("--backend", help="the backend whose results to plot (JSON files)")
+    ap.add_argument("--variants", action="store_true", help="the files are tools/fused_variants.sh output")
     ap.add_argument("--mode", default="graph")
     ap.add_argument("--scope", default="compute")
     ap.add_argument("--title", default="")
     ap.add_argument("-o", "--output", required=True)
     a = ap.parse_args(argv)
-    if len(a.label) != len(a.files):
-        ap.error("give one --label per file")
+    if a.variants:
+        lines = variant_series(a.files)
+        if not lines:
+            ap.error(f"no fused_variants.sh lines in {', '.join(a.files)}")
+        title = a.title or "custom, CUDA graph, compute (tools/fused_variants.sh)"
+    else:
+        if len(a.label) != len(a.files) or not a.backend:
+            ap.error("give --backend and one --label per file (or --variants)")
+        lines = {label: series(path, a.backend, a.mode, a.scope) for path, label in zip(a.files, a.label)}
+        title = a.title or f"{a.backend}, {a.mode}, {a.scope}"
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     base = None
-    for path, label in zip(a.files, a.label):
-        b, v = series(path, a.backend, a.mode, a.scope)
+    first = next(iter(lines))
+    for label, (b, v) in lines.items():
         top.plot(b, v, marker="o", label=label)
         if base is None:
             base = dict(zip(b, v))
-        bottom.plot(b, [x / base[k] for k, x in zip(b, v) if k in base], marker="o", label=f"{label} / {a.label[0]}")
-    top.set(xscale="log", yscale="log", ylabel="images/s", title=a.title or f"{a.backend}, {a.mode}, {a.scope}")
+        keep = [(k, x) for k, x in zip(b, v) if k in base]
+        bottom.plot([k for k, _ in keep], [x / base[k] for k, x in keep], marker="o", label=f"{label} / {first}")
+    top.set(xscale="log", yscale="log", ylabel="images/s", title=title)
     bottom.set(xscale="log", xlabel="batch size", ylabel="ratio")
     bottom.axhline(1.0, color="grey", lw=0.8)
     for ax in (top, bottom):

@@ -224,3 +224,31 @@ def test_precision_figure_and_ncu_pass_from_the_committed_device_files(tmp_path)
     heads = [line for line in proc.stdout.splitlines() if line.startswith("==")]
     assert heads[0].startswith("== fp32: pass of 26 kernels") and heads[1].startswith("== fp16: pass of 28 kernels"), heads
     assert "from_f32_kernel" in proc.stdout and "to_f32_kernel" in proc.stdout
+
+
+def test_ab_figure_from_fused_variants_text(tmp_path):
+    """tools/plot_ab.py --variants reads tools/fused_variants.sh's lines (the session-10 H100 file in
+    docs/bench/s10-h100 among them): one line per variant, the median of repeated rounds, and a
+    clear error for a file without such lines."""
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, str(REPO / "tools"))
+    import plot_ab
+    text = tmp_path / "ab.txt"
+    text.write_text("a              batch      1     0.060 M images/s      16.60 us\n"
+                    "b              batch      1     0.050 M images/s      20.00 us\n"
+                    "a              batch      1     0.062 M images/s      16.10 us\n"
+                    "a              batch      1     0.061 M images/s      16.40 us\n"
+                    "bench b failed\n")
+    lines = plot_ab.variant_series([text])
+    assert list(lines) == ["a", "b"]
+    assert lines["a"] == ([1], [pytest.approx(0.061e6)]) and lines["b"] == ([1], [pytest.approx(0.05e6)])
+    committed = plot_ab.variant_series([REPO / "docs" / "bench" / "s10-h100" / "final-ab.txt"])
+    assert set(committed) == {"final", "session9"} and committed["final"][0] == [1, 4, 8, 16, 32, 64, 256, 1024]
+    png = tmp_path / "ab.png"
+    run([sys.executable, REPO / "tools" / "plot_ab.py", "--variants", text, "-o", png])
+    assert png.stat().st_size > 10_000
+    empty = tmp_path / "empty.txt"
+    empty.write_text("nothing here\n")
+    bad = subprocess.run([sys.executable, REPO / "tools" / "plot_ab.py", "--variants", empty, "-o", tmp_path / "x.png"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no fused_variants.sh lines" in bad.stderr and not (tmp_path / "x.png").exists()
