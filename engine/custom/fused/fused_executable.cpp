@@ -113,7 +113,9 @@ class FusedExecutable final : public gpu::GpuExecutable {
           if (cluster_capacity_[size] >= 1) image_cluster_ = size;
         }
         multiprocessors_ = device.multiprocessors;
-        plan_.image.dense_pipelined = env_int("ENGINE_FUSED_IMAGE_DENSE", 2) == 1 ? 0 : 1;
+        // ENGINE_FUSED_IMAGE_DENSE: 1 the plain loop, 2 operands 8 steps ahead, 3 (default) 16 steps
+        // ahead in a cluster's unit-major chains (one block per image: 8 either way).
+        plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 3), 1, 3) - 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
           plan_.image.handoff_async = 0;
         plan_.summary.push_back(fmt::format(

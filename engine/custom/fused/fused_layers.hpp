@@ -152,7 +152,7 @@ struct ImageChainParams {
   int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
-  int dense_pipelined = 1;    // prefetch the next 8 steps' operands in the dense loop (0: the plain loop, A/B)
+  int dense_pipelined = 2;    // prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 0 the plain loop (A/B)
   // Clusters: each layer's outputs reach the other blocks as asynchronous stores that complete on a
   // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
   // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.

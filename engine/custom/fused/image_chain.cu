@@ -153,7 +153,8 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
           const int u = int(threadIdx.x);
           float v = 0.0f;
           if (u < sh.u1) {
-            const float s = dense_chain4(a, w + u * sh.pitch, rows, bias[u]);
+            const float s = kCluster && p.dense_pipelined == 2 ? dense_chain4_deep(a, w + u * sh.pitch, rows, bias[u])
+                                                   : dense_chain4(a, w + u * sh.pitch, rows, bias[u]);
             v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
           }
           softmax_lanes(v, D.units, y, u);
@@ -164,7 +165,9 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
         float s = j == 0 ? bias[u] : acc[u];
         if constexpr (kCluster) {  // unit-major slices (DenseShare::unit_major is size > 1)
           const float* wu = w + (u - sh.u0) * sh.pitch;
-          s = p.dense_pipelined ? dense_chain4(a + r0, wu, rows, s) : dense_chain<false>(a + r0, wu, 1, rows, s);
+          s = p.dense_pipelined == 2 ? dense_chain4_deep(a + r0, wu, rows, s)
+              : p.dense_pipelined    ? dense_chain4(a + r0, wu, rows, s)
+                                     : dense_chain<false>(a + r0, wu, 1, rows, s);
         } else {
           s = p.dense_pipelined ? dense_chain<true>(a + r0, w + u, sh.cols, rows, s)
                                 : dense_chain<false>(a + r0, w + u, sh.cols, rows, s);
