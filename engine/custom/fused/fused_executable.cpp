@@ -26,7 +26,8 @@ int env_int(const char* name, int fallback) {
 // wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
 // kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it
 // (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), ENGINE_FUSED_IMAGE_DENSE=1
-// the image chain's plain dense loop (version 1; 2, the default, prefetches), and
+// the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3, the default, 16 in
+// clusters), and
 // ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
 // hand-offs, for benchmarks and tests; the bits are the same either way.
 constexpr int kImageImagesPerSm = 12;
