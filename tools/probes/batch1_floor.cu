@@ -23,6 +23,23 @@ namespace cg = cooperative_groups;
 
 __global__ void empty_kernel() {}
 
+// A kernel whose parameter block is as large as the image chain's (ImageChainParams: 4.4 KB): does
+// the launch pay for the bytes it carries? (session 11)
+struct BigParams {
+  int v[1100];
+};
+__global__ void big_param_kernel(const __grid_constant__ BigParams p, float* sink) {
+  if (p.v[threadIdx.x % 1100] == 12345 && blockIdx.x == 0) sink[0] = 1.0f;
+}
+template <int kBytes>
+struct Params {
+  int v[kBytes / 4];
+};
+template <int kBytes>
+__global__ void sized_param_kernel(const __grid_constant__ Params<kBytes> p, float* sink) {
+  if (p.v[0] == 12345 && blockIdx.x == 0) sink[0] = 1.0f;
+}
+
 // `barriers` team barriers (cluster-wide when launched with clusters, else the block's).
 template <bool kCluster>
 __global__ void barrier_kernel(int barriers, float* sink) {
@@ -62,9 +79,52 @@ __global__ void chain_kernel(int steps, float* sink) {
   sink[0] = s;
 }
 
+// The 400-step chain of thread 0 while the block's other warps wait for it: at a block barrier
+// (mode 0), polling an mbarrier with try_wait (mode 1, what the image chain's hand-offs do), or
+// try_wait with a suspend-time hint (mode 2). Does the polling slow the working warp? (session 11)
+__global__ void chain_beside_waiters(int steps, int mode, float* sink) {
+  __shared__ float a[512], w[512];
+  __shared__ __align__(8) unsigned long long bar;
+  const unsigned b = unsigned(__cvta_generic_to_shared(&bar));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+  }
+  for (int i = threadIdx.x; i < 512; i += blockDim.x) {
+    a[i] = 1e-3f * i;
+    w[i] = 1e-3f * (511 - i);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      float s = 0;
+#pragma unroll 8
+      for (int r = 0; r < steps; ++r) s = fmaf(a[r & 511], w[r & 511], s);
+      sink[0] = s;
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
+    }
+    __syncwarp();
+  } else if (mode == 1) {
+    for (;;) {
+      unsigned done;
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done) : "r"(b), "r"(0u) : "memory");
+      if (done) break;
+    }
+  } else if (mode == 2) {
+    for (;;) {
+      unsigned done;
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done) : "r"(b), "r"(0u), "r"(1000000u) : "memory");
+      if (done) break;
+    }
+  }
+  __syncthreads();
+}
+
 struct Case {
   const char* name;
   cudaGraphExec_t exec;
+  void (*plain)(cudaStream_t) = nullptr;  // set: timed as a plain launch instead (event, launch, event)
 };
 
 template <class Enqueue>
@@ -129,10 +189,30 @@ int main() {
                      : steps == 400 ? "1 x 128: 400-step FMA chain from smem"
                      : steps == 800 ? "1 x 128: 800-step chain" : "1 x 128: 1600-step chain",
                      capture(s, [&] { chain_kernel<<<1, 128, 0, s>>>(steps, sink); })});
+  for (int mode : {0, 1, 2})
+    cases.push_back({mode == 0 ? "1 x 512: 400-step chain, 15 warps at a block barrier"
+                     : mode == 1 ? "1 x 512: 400-step chain, 15 warps polling an mbarrier (try_wait)"
+                                 : "1 x 512: 400-step chain, 15 warps in try_wait with a suspend hint",
+                     capture(s, [&] { chain_beside_waiters<<<1, 512, 0, s>>>(400, mode, sink); })});
   cases.push_back({"two empty kernels in one graph", capture(s, [&] {
                      empty_kernel<<<1, 32, 0, s>>>();
                      empty_kernel<<<1, 32, 0, s>>>();
                    })});
+
+  static BigParams big{};
+  static float* big_sink = sink;
+  cases.push_back({"1 x 32, 4.4 KB __grid_constant__ parameters",
+                   capture(s, [&] { big_param_kernel<<<1, 32, 0, s>>>(big, sink); })});
+  cases.push_back({"1 x 32, 8 B of parameters (plain sized kernel)",
+                   capture(s, [&] { sized_param_kernel<8><<<1, 32, 0, s>>>(Params<8>{}, sink); })});
+  cases.push_back({"1 x 32, 1 KB of parameters",
+                   capture(s, [&] { sized_param_kernel<1024><<<1, 32, 0, s>>>(Params<1024>{}, sink); })});
+  cases.push_back({"1 x 32, 16 KB of parameters",
+                   capture(s, [&] { sized_param_kernel<16384><<<1, 32, 0, s>>>(Params<16384>{}, sink); })});
+  cases.push_back({"plain launch (no graph): empty kernel 1 x 32", nullptr,
+                   [](cudaStream_t st) { empty_kernel<<<1, 32, 0, st>>>(); }});
+  cases.push_back({"plain launch (no graph): 1 x 32, 4.4 KB parameters", nullptr,
+                   [](cudaStream_t st) { big_param_kernel<<<1, 32, 0, st>>>(big, big_sink); }});
 
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -144,7 +224,8 @@ int main() {
     std::vector<float> t;
     for (int i = 0; i < 3200; ++i) {
       CK(cudaEventRecord(e0, s));
-      CK(cudaGraphLaunch(c.exec, s));
+      if (c.plain) c.plain(s);
+      else CK(cudaGraphLaunch(c.exec, s));
       CK(cudaEventRecord(e1, s));
       CK(cudaEventSynchronize(e1));
       float ms = 0;

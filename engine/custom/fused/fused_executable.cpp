@@ -119,12 +119,17 @@ class FusedExecutable final : public gpu::GpuExecutable {
         plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 3), 1, 3) - 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
           plan_.image.handoff_async = 0;
+        // ENGINE_FUSED_IMAGE_FLATTEN=copy: the conv-to-dense copy back in place of the planned
+        // in-place flatten (same layout, same bits; for A/B).
+        if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_FLATTEN"); f && std::string(f) == "copy")
+          plan_.image.flatten_in_place = 0;
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "
-            "{}; the same bits as the kernels above",
+            "{}{}; the same bits as the kernels above",
             image_max_, kImageThreads, double(bytes) / 1024, per_sm, kImageOcb, kImageRowsPerThread,
-            kImageSliceFloats * 4 / 1024, cluster_text()));
+            kImageSliceFloats * 4 / 1024, cluster_text(),
+            plan_.image.flatten_in_place ? "; the first dense layer reads the conv output in place" : ""));
       } else {
         plan_.summary.push_back(fmt::format("no image chain: a block with {} KiB of shared memory cannot be resident",
                                             bytes / 1024));

@@ -157,6 +157,9 @@ struct ImageChainParams {
   // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
   // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.
   int handoff_async = 1;
+  // The first dense layer's input row is the last conv layer's output buffer itself (the plan's
+  // choice, fused_plan.cpp); 0: the kernel copies it there (ENGINE_FUSED_IMAGE_FLATTEN=copy).
+  int flatten_in_place = 0;
 };
 
 // Launchers (conv_chain.cu, dense_chain.cu, image_chain.cu). `blocks` is the persistent grid chosen at plan time;

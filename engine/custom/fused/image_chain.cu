@@ -310,9 +310,12 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
         cluster_arrive_relaxed();  // every hand-off this block waits for has landed
         arrived = true;
       }
-      if (p.has_dense) {
+      if (p.has_dense && !p.flatten_in_place) {
         store_chain_output(cp, smem, 1, smem + first.in_off, first.in_padded, dp.input_epilogue);
         for (int k = cp.output_elements + threadIdx.x; k < first.in_padded; k += blockDim.x) smem[first.in_off + k] = 0.0f;
+      } else if (p.has_dense) {
+        // The last conv layer wrote the first dense layer's input row itself (the plan's
+        // flatten_in_place), and each thread has waited for all of it: no copy, no barrier.
       } else if (team.rank == 0) {
         store_chain_output(cp, smem, 1, y + size_t(img) * cp.output_elements, cp.output_elements, Epilogue{});
       }
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
       }
       if (async && threadIdx.x == keeper) handoff_arm_all(p);
     }
-    __syncthreads();
+    if (!p.has_conv || !p.flatten_in_place) __syncthreads();
     TRACE_STAMP();
     if (p.has_dense) {
       const DenseLayer& last = dp.layers[dp.layer_count - 1];
