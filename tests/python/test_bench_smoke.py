@@ -252,3 +252,38 @@ def test_ab_figure_from_fused_variants_text(tmp_path):
     bad = subprocess.run([sys.executable, REPO / "tools" / "plot_ab.py", "--variants", empty, "-o", tmp_path / "x.png"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no fused_variants.sh lines" in bad.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_ncu_source_stalls_sums_reports_by_cuda_line(tmp_path):
+    """tools/ncu_source_stalls.py: samples of several reports matched by the instruction's offset
+    (each process loads the module elsewhere) and added per CUDA line of the mixed export; a file
+    that is not such an export is refused with exit 2 and a message."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import ncu_source_stalls
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text('"File Path","/src/k.cu"\n'
+                     '"Line No","Source","Address","Source"\n'
+                     '"10","a = b;","-","-"\n'
+                     '"","","0x1000","LDS R0, [R1]"\n'
+                     '"","","0x1010","FFMA R2, R0, R0, R2"\n'
+                     '"12","c = d;","-","-"\n'
+                     '"","","0x1020","BRA 0x1000"\n')
+    header = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+              '"stall_long_sb","stall_no_inst","stall_long_sb (Not Issued)"\n')
+    one = tmp_path / "s1.csv"
+    one.write_text('"Kernel Name","k"\n' + header + '"0x7000","LDS","3","32","3","0","3"\n'
+                   '"0x7010","FFMA","1","32","0","1","0"\n"0x7020","BRA","5","8","0","5","0"\n')
+    two = tmp_path / "s2.csv"
+    two.write_text(header + '"0x9000","LDS","2","32","2","0","2"\n"0x9010","FFMA","0","32","0","0","0"\n'
+                   '"0x9020","BRA","1","8","0","1","0"\n')
+    samples, executed, reasons = ncu_source_stalls.summarize(mixed, [one, two])
+    line10 = ("k.cu", 10, "a = b;")
+    line12 = ("k.cu", 12, "c = d;")
+    assert samples[line10] == 6 and samples[line12] == 6
+    assert executed[line10] == 128 and executed[line12] == 16
+    assert reasons[line10] == {"long_sb": 5, "no_inst": 1} and reasons[line12] == {"no_inst": 6}
+    out = run([sys.executable, REPO / "tools" / "ncu_source_stalls.py", "--mixed", mixed, one, two]).stdout
+    assert "12 samples in 2 report(s)" in out and "by reason: no_inst 7, long_sb 5" in out
+    bad = subprocess.run([sys.executable, REPO / "tools" / "ncu_source_stalls.py", "--mixed", one, one],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no SASS rows under CUDA lines" in bad.stderr
