@@ -1,0 +1,517 @@
+// Issue 15's second probe: the whole LeNet-5 forward (c1, tanh, avgpool, c3, tanh, avgpool, f5, tanh,
+// f6, tanh, f7, softmax) in one kernel on the tensor cores, `mma.sync.m16n8k16` with fp16 operands
+// and fp32 sums, from the preprocessed fp32 input [n][32][32] to fp32 probabilities [n][10]. Written in
+// session 11 without a GPU (compiled here, not yet run): the next device session runs it first;
+// docs/perf-custom-tensor-core.md has the plan and, once run, the result.
+//
+// Layout (one warp = a group of 16 images; 4 warps per block, one block per SM: the dense weights
+// take 134 KB of shared memory):
+//  - c1 (1 -> 6 channels, 5x5 on 32x32): an implicit GEMM, M = 16 output pixels per m-tile, K = 25
+//    taps (2 k-tiles, taps 25..31 zero weights), N = 8 (6 real). A single input channel gives no
+//    16-byte rows for ldmatrix, so each lane gathers its A fragment's 8 values per m-tile straight
+//    from the fp32 input in shared memory (taps at fixed offsets per lane) and packs them to fp16.
+//  - The m-tiles order pixels by pool window: rows g and g + 8 of a fragment (g = lane / 4) are the
+//    window's two rows, lanes g and g ^ 1 its two columns, so tanh and the 2x2 average take one
+//    shuffle and the pooled output leaves the fragment directly (c1: 196 windows = 49 m-tiles; c3: 25
+//    windows in 7 m-tiles).
+//  - c3 as tools/probes/c3_mma.cu: A by ldmatrix from channels-last [14][14][8] fp16 (8 channels of a
+//    tap contiguous), K = 25 taps x 8 = 13 k-tiles, the B fragments in registers for the whole launch.
+//  - c3's pooled output (400 values, flattened CHW as the model's dense weights expect) goes to row i
+//    of the warp's [16][408] fp16 tile; after 16 images, f5, f6, f7 run as GEMMs with M = the 16
+//    images (A by ldmatrix from the tile, B by ldmatrix from the weights in shared memory), each
+//    layer's tanh'd output written back as the next layer's tile; f7 ends in the softmax on the
+//    fragment (a quad of lanes holds an image's 10 logits).
+// tanh is the hardware's tanh.approx.f32 (relative error ~2^-11, the size of fp16's rounding, which
+// every activation gets anyway); the check allows for it.
+//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/lenet_fp16_mma.cu -o /tmp/lenet_fp16 && /tmp/lenet_fp16 65536
+#include <cuda_fp16.h>
+#include <cuda_pipeline.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+constexpr int kWarps = 4;
+constexpr int kIn = 32;                    // input [32][32] fp32 (28x28 padded by 2)
+constexpr int kP1 = 14;                   // c1 output 28x28, pooled 14x14
+constexpr int kC1Pitch = 40;               // halfs per c1 weight row [8 oc][32 k] (80 B: ldmatrix rows on distinct banks)
+constexpr int kC3In = 14, kC3Ch = 8;       // c3 input [14][14][8] fp16 (6 real channels)
+constexpr int kC3KTiles = 13, kC3Pitch = 216;
+constexpr int kC3MTiles = 7;               // 25 pool windows x 4 pixels = 100 rows -> 112
+constexpr int kF5K = 400, kF5N = 128, kTilePitch = 408;  // f5: K 400 (25 k-tiles), N 120 -> 128
+constexpr int kF6K = 128, kF6N = 96, kF6Pitch = 136;     // f6: K 120 -> 128, N 84 -> 96
+constexpr int kF7K = 96, kF7N = 16, kF7Pitch = 104;      // f7: K 84 -> 96, N 10 -> 16
+constexpr int kUnits = 10;
+
+// Shared memory, in halfs unless said: the dense weights, then per warp the input (fp32), c3's input
+// and the 16-image tile.
+constexpr int kSmemF5 = 0;
+constexpr int kSmemF6 = kSmemF5 + kF5N * kTilePitch;
+constexpr int kSmemF7 = kSmemF6 + kF6N * kF6Pitch;
+constexpr int kSmemWarp0 = kSmemF7 + kF7N * kF7Pitch;  // 16-byte aligned: every term is a multiple of 8 halfs
+constexpr int kWarpIn = 0;                                // fp32 [32][32]: 2,048 halfs
+constexpr int kWarpC3In = kWarpIn + 2 * kIn * kIn;
+constexpr int kWarpTile = kWarpC3In + kC3In * kC3In * kC3Ch;
+constexpr int kWarpHalfs = kWarpTile + 16 * kTilePitch;
+constexpr int kSmemHalfs = kSmemWarp0 + kWarps * kWarpHalfs;
+constexpr int kSmemBytes = kSmemHalfs * 2;
+
+struct Weights {  // device pointers, fp16 weights already padded and laid out as the kernel reads them
+  const __half* c1;  // [8][kC1Pitch]: oc, tap (25 real)
+  const float* c1_bias;  // [8]
+  const __half* c3;  // [16][kC3Pitch]: oc, k = tap * 8 + channel
+  const float* c3_bias;  // [16]
+  const __half* f5;  // [128][408]: unit, k (CHW flatten of c3's pooled output)
+  const float* f5_bias;  // [128]
+  const __half* f6;  // [96][136]
+  const float* f6_bias;  // [96]
+  const __half* f7;  // [16][104]
+  const float* f7_bias;  // [16]
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                          unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float tanh_fast(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+
+// The 2x2 average of a pool window whose rows are this lane's (a: row 0, b: row 1) and whose columns
+// are this lane (dx = left ? 0 : 1) and lane ^ 4: the same order on both lanes.
+__device__ __forceinline__ float pool_window(float a, float b, bool left) {
+  const float mine = a + b;
+  const float other = __shfl_xor_sync(0xffffffffu, mine, 4);
+  return ((left ? mine : other) + (left ? other : mine)) * 0.25f;
+}
+
+// One image's input (fp32 [32][32], 4 KB) into a warp's buffer: 8 copies of 16 B per lane.
+__device__ __forceinline__ void request_input(const float* src, float* dst, int lane) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) __pipeline_memcpy_async(dst + 4 * (lane + 32 * i), src + 4 * (lane + 32 * i), 16);
+  __pipeline_commit();
+}
+
+// A dense layer on the warp's 16-image tile: out[img][unit] = tanh(bias + in[img] . w[unit]) as fp16
+// into `out` (pitch out_pitch), or, for the last layer, the softmax of the first kUnits to y.
+template <int KT, int NP, bool kLast>
+__device__ __forceinline__ void dense_layer(const __half* in, int in_pitch, const __half* w, int w_pitch,
+                                            const float* __restrict__ bias, __half* out, int out_pitch, float* y,
+                                            int group_base, int n, int lane) {
+  float acc[2 * NP][4];
+#pragma unroll
+  for (int j = 0; j < 2 * NP; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  const int a_row = 8 * ((lane / 8) % 2) + lane % 8, a_khalf = lane / 16;
+  const int b_row = 8 * (lane / 16) + lane % 8, b_khalf = (lane / 8) % 2;
+#pragma unroll 1
+  for (int kt = 0; kt < KT; ++kt) {
+    unsigned a0, a1, a2, a3;
+    ldmatrix_x4(smem_u32(in + a_row * in_pitch + 16 * kt + 8 * a_khalf), a0, a1, a2, a3);
+#pragma unroll
+    for (int np = 0; np < NP; ++np) {
+      unsigned b0, b1, b2, b3;
+      ldmatrix_x4(smem_u32(w + (16 * np + b_row) * w_pitch + 16 * kt + 8 * b_khalf), b0, b1, b2, b3);
+      mma_16816(acc[2 * np], a0, a1, a2, a3, b0, b1);
+      mma_16816(acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
+    }
+  }
+  __syncwarp();  // every lane's reads of `in` are done before any write below (out may alias in's region)
+  const int g = lane / 4, t = lane % 4;
+  if constexpr (!kLast) {
+#pragma unroll
+    for (int j = 0; j < 2 * NP; ++j) {
+      const int u = 8 * j + 2 * t;
+      const float b0 = bias[u], b1 = bias[u + 1];
+      *reinterpret_cast<unsigned*>(out + g * out_pitch + u) = pack_half2(tanh_fast(acc[j][0] + b0), tanh_fast(acc[j][1] + b1));
+      *reinterpret_cast<unsigned*>(out + (g + 8) * out_pitch + u) =
+          pack_half2(tanh_fast(acc[j][2] + b0), tanh_fast(acc[j][3] + b1));
+    }
+    __syncwarp();
+  } else {
+    static_assert(NP == 1, "the last layer has 16 padded units");
+    // Image g: units 2t, 2t+1 (acc[0][0..1]) and 8+2t, 9+2t (acc[1][0..1], real for t == 0 only);
+    // image g + 8 the same in [2..3].
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float v[4] = {acc[0][2 * h] + bias[2 * t], acc[0][2 * h + 1] + bias[2 * t + 1], acc[1][2 * h] + bias[8 + 2 * t],
+                    acc[1][2 * h + 1] + bias[9 + 2 * t]};
+      const bool hi_real = t == 0;
+      float m = fmaxf(v[0], v[1]);
+      if (hi_real) m = fmaxf(m, fmaxf(v[2], v[3]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      float e[4];
+      for (int i = 0; i < 4; ++i) e[i] = expf(v[i] - m);
+      float s = e[0] + e[1] + (hi_real ? e[2] + e[3] : 0.0f);
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      const int img = group_base + g + 8 * h;
+      if (img < n) {
+        float* dst = y + size_t(img) * kUnits;
+        dst[2 * t] = e[0] / s;
+        dst[2 * t + 1] = e[1] / s;
+        if (hi_real) {
+          dst[8] = e[2] / s;
+          dst[9] = e[3] / s;
+        }
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    lenet_fp16_kernel(const float* __restrict__ x, Weights W, float* __restrict__ y, int n) {
+  extern __shared__ __align__(16) __half smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  // The dense weights, once per block.
+  for (int i = threadIdx.x; i < kSmemWarp0 / 8; i += blockDim.x) {
+    const __half* src = i < kSmemF6 / 8 ? W.f5 + 8 * i : i < kSmemF7 / 8 ? W.f6 + 8 * (i - kSmemF6 / 8) : W.f7 + 8 * (i - kSmemF7 / 8);
+    __pipeline_memcpy_async(smem + 8 * i, src, 16);
+  }
+  __pipeline_commit();
+  __half* mine = smem + kSmemWarp0 + warp * kWarpHalfs;
+  float* in = reinterpret_cast<float*>(mine + kWarpIn);
+  __half* c3in = mine + kWarpC3In;
+  __half* tile = mine + kWarpTile;
+
+  // c1's B fragments (both k-tiles) and c3's (13 k-tiles x 2 n-tiles), in registers for the launch;
+  // loaded through the c3 input buffer (its first use comes after).
+  unsigned b1f[4];
+  unsigned b3f[kC3KTiles][4];
+  {
+    for (int i = lane; i < 8 * kC1Pitch / 8; i += 32) __pipeline_memcpy_async(c3in + 8 * i, W.c1 + 8 * i, 16);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncwarp();
+    ldmatrix_x4(smem_u32(c3in + (lane % 8) * kC1Pitch + 8 * (lane / 8)), b1f[0], b1f[1], b1f[2], b1f[3]);
+    __syncwarp();
+    // c3's weights: 16 rows of 216 halfs = 6.9 KB, in the tile's place.
+    for (int i = lane; i < 16 * kC3Pitch / 8; i += 32) __pipeline_memcpy_async(tile + 8 * i, W.c3 + 8 * i, 16);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncwarp();
+    const int q = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int kt = 0; kt < kC3KTiles; ++kt)
+      ldmatrix_x4(smem_u32(tile + (8 * (q / 2) + r) * kC3Pitch + 16 * kt + 8 * (q % 2)), b3f[kt][0], b3f[kt][1],
+                  b3f[kt][2], b3f[kt][3]);
+    __syncwarp();
+  }
+  __syncthreads();  // every warp's copies of the dense weights have landed (each waited for its own)
+  const float c1b0 = W.c1_bias[2 * t], c1b1 = W.c1_bias[2 * t + 1];
+  float c3b[2][2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    c3b[j][0] = W.c3_bias[8 * j + 2 * t];
+    c3b[j][1] = W.c3_bias[8 * j + 2 * t + 1];
+  }
+  // c1's A fragment: this lane's taps (k columns 2t, 2t+1, 2t+8, 2t+9 of k-tiles 0 and 1) as offsets
+  // in the [32][32] input; taps past 24 contribute 0.
+  int tap_off[8];
+  bool tap_real[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int tap = 16 * (i / 4) + 2 * t + (i % 2) + 8 * ((i / 2) % 2);
+    tap_real[i] = tap < 25;
+    tap_off[i] = tap_real[i] ? (tap / 5) * kIn + tap % 5 : 0;
+  }
+  // c3's tap table (as c3_mma.cu): halfs from a pixel's window origin to tap 2 kt + h's channels.
+  const int c3_row = 8 * ((lane / 8) % 2) + lane % 8, c3_khalf = lane / 16;
+
+  const int groups = (n + 15) / 16;
+  const int stride = gridDim.x * kWarps;
+  int group = blockIdx.x * kWarps + warp;
+  if (group < groups) request_input(x + size_t(group) * 16 * kIn * kIn, in, lane);
+  for (; group < groups; group += stride) {
+    const int base = group * 16;
+    for (int i = 0; i < 16; ++i) {
+      const int img = base + i;
+      __half* row = tile + i * kTilePitch;
+      if (img >= n) {  // a partial last group: zero rows, results dropped
+        for (int k = lane; k < kTilePitch; k += 32) row[k] = __float2half_rn(0.0f);
+        continue;
+      }
+      __pipeline_wait_prior(0);
+      __syncwarp();
+      // c1 + tanh + pool -> c3in [14][14][8].
+      for (int mt = 0; mt < 49; ++mt) {
+        // Rows g and g + 8: window 4 mt + g / 2, column dx = g % 2, rows dy = 0 and 1.
+        const int w = 4 * mt + g / 2, dx = g % 2;
+        const int py = 2 * (w / kP1), px = 2 * (w % kP1) + dx;
+        const float* p0 = in + py * kIn + px;  // row dy = 0; dy = 1 is kIn further
+        float v[2][8];
+#pragma unroll
+        for (int i2 = 0; i2 < 8; ++i2) {
+          v[0][i2] = tap_real[i2] ? p0[tap_off[i2]] : 0.0f;
+          v[1][i2] = tap_real[i2] ? p0[kIn + tap_off[i2]] : 0.0f;
+        }
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        // k-tile 0: values 0..3 (k 2t, 2t+1, 2t+8, 2t+9); k-tile 1: values 4..7.
+#pragma unroll
+        for (int kt = 0; kt < 2; ++kt)
+          mma_16816(acc, pack_half2(v[0][4 * kt], v[0][4 * kt + 1]), pack_half2(v[1][4 * kt], v[1][4 * kt + 1]),
+                    pack_half2(v[0][4 * kt + 2], v[0][4 * kt + 3]), pack_half2(v[1][4 * kt + 2], v[1][4 * kt + 3]),
+                    b1f[2 * kt], b1f[2 * kt + 1]);
+        // acc: [0..1] row g (dy 0), channels 2t, 2t+1; [2..3] row g + 8 (dy 1).
+        const bool left = dx == 0;
+        const float q0 = pool_window(tanh_fast(acc[0] + c1b0), tanh_fast(acc[2] + c1b0), left);
+        const float q1 = pool_window(tanh_fast(acc[1] + c1b1), tanh_fast(acc[3] + c1b1), left);
+        if (left)
+          *reinterpret_cast<unsigned*>(c3in + ((w / kP1) * kC3In + w % kP1) * kC3Ch + 2 * t) = pack_half2(q0, q1);
+      }
+      __syncwarp();  // c1 has read the input and written c3's
+      const int next = i + 1 < 16 ? img + 1 : (group + stride) * 16;
+      if (next < n && (i + 1 < 16 || group + stride < groups)) request_input(x + size_t(next) * kIn * kIn, in, lane);
+      // c3 + tanh + pool -> row i of the tile, k = channel * 25 + window.
+      for (int mt = 0; mt < kC3MTiles; ++mt) {
+        const int rw = 4 * mt + (c3_row % 8) / 2;  // this lane's ldmatrix row: window, column, row
+        const int wv = rw < 25 ? rw : 0;
+        const int py = 2 * (wv / 5) + c3_row / 8, px = 2 * (wv % 5) + c3_row % 2;
+        const __half* origin = c3in + (py * kC3In + px) * kC3Ch;
+        float acc[2][4] = {};
+#pragma unroll
+        for (int kt = 0; kt < kC3KTiles; ++kt) {
+          const int tap = min(2 * kt + c3_khalf, 24);  // tap 25 (k 200..207) has zero weights
+          unsigned a0, a1, a2, a3;
+          ldmatrix_x4(smem_u32(origin + ((tap / 5) * kC3In + tap % 5) * kC3Ch), a0, a1, a2, a3);
+          mma_16816(acc[0], a0, a1, a2, a3, b3f[kt][0], b3f[kt][1]);
+          mma_16816(acc[1], a0, a1, a2, a3, b3f[kt][2], b3f[kt][3]);
+        }
+        const int w = 4 * mt + g / 2;
+        const bool left = g % 2 == 0;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float q0 = pool_window(tanh_fast(acc[j][0] + c3b[j][0]), tanh_fast(acc[j][2] + c3b[j][0]), left);
+          const float q1 = pool_window(tanh_fast(acc[j][1] + c3b[j][1]), tanh_fast(acc[j][3] + c3b[j][1]), left);
+          if (left && w < 25) {
+            const int ch = 8 * j + 2 * t;
+            row[ch * 25 + w] = __float2half_rn(q0);
+            row[(ch + 1) * 25 + w] = __float2half_rn(q1);
+          }
+        }
+      }
+      __syncwarp();  // c3 is done with c3in before the next image's c1 writes it
+    }
+    // The dense part on the 16 images: f5 (tile -> f6 input at the tile's start), f6 (-> f7 input
+    // after it), f7 + softmax.
+    __half* f6in = tile;
+    __half* f7in = tile + 16 * kF6Pitch;
+    dense_layer<kF5K / 16, kF5N / 16, false>(tile, kTilePitch, smem + kSmemF5, kTilePitch, W.f5_bias, f6in, kF6Pitch,
+                                            y, base, n, lane);
+    dense_layer<kF6K / 16, kF6N / 16, false>(f6in, kF6Pitch, smem + kSmemF6, kF6Pitch, W.f6_bias, f7in, kF7Pitch, y,
+                                            base, n, lane);
+    dense_layer<kF7K / 16, kF7N / 16, true>(f7in, kF7Pitch, smem + kSmemF7, kF7Pitch, W.f7_bias, nullptr, 0, y, base,
+                                           n, lane);
+    __syncwarp();  // the tile is rewritten by the next group
+  }
+  __pipeline_wait_prior(0);
+}
+
+// ---- host: random LeNet-5 weights rounded to fp16, the reference in double with the kernel's fp16
+// rounding points (every layer's pooled or activated output; sums in double), the check, the timing.
+
+static float round_half(float v) { return __half2float(__float2half_rn(v)); }
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 65536;
+  if (n < 1) {
+    std::fprintf(stderr, "usage: lenet_fp16 [images >= 1]\n");
+    return 2;
+  }
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  auto he = [&](int fan_in) { return std::sqrt(3.0f / float(fan_in)); };  // weights ~ U(-a, a), var 1/fan_in
+
+  // Weights as the model holds them (fp32, rounded to fp16 once), then laid out for the kernel.
+  std::vector<float> c1w(6 * 25), c1b(6), c3w(16 * 6 * 25), c3b(16), f5w(120 * 400), f5b(120), f6w(84 * 120),
+      f6b(84), f7w(10 * 84), f7b(10);
+  auto fill = [&](std::vector<float>& v, float a) {
+    for (auto& e : v) e = round_half(a * uni(rng));
+  };
+  fill(c1w, he(25)), fill(c1b, 0.1f), fill(c3w, he(150)), fill(c3b, 0.1f), fill(f5w, he(400)), fill(f5b, 0.1f);
+  fill(f6w, he(120)), fill(f6b, 0.1f), fill(f7w, 2.0f * he(84)), fill(f7b, 0.1f);
+  std::vector<__half> k_c1(8 * kC1Pitch, __float2half_rn(0.0f)), k_c3(16 * kC3Pitch, __float2half_rn(0.0f)),
+      k_f5(kF5N * kTilePitch, __float2half_rn(0.0f)), k_f6(kF6N * kF6Pitch, __float2half_rn(0.0f)),
+      k_f7(kF7N * kF7Pitch, __float2half_rn(0.0f));
+  std::vector<float> k_c1b(8, 0.0f), k_c3b(16), k_f5b(kF5N, 0.0f), k_f6b(kF6N, 0.0f), k_f7b(kF7N, 0.0f);
+  for (int o = 0; o < 6; ++o) {
+    for (int tap = 0; tap < 25; ++tap) k_c1[o * kC1Pitch + tap] = __float2half_rn(c1w[o * 25 + tap]);
+    k_c1b[o] = c1b[o];
+  }
+  for (int o = 0; o < 16; ++o) {
+    for (int c = 0; c < 6; ++c)
+      for (int tap = 0; tap < 25; ++tap) k_c3[o * kC3Pitch + tap * kC3Ch + c] = __float2half_rn(c3w[(o * 6 + c) * 25 + tap]);
+    k_c3b[o] = c3b[o];
+  }
+  for (int u = 0; u < 120; ++u) {
+    for (int k = 0; k < 400; ++k) k_f5[u * kTilePitch + k] = __float2half_rn(f5w[u * 400 + k]);
+    k_f5b[u] = f5b[u];
+  }
+  for (int u = 0; u < 84; ++u) {
+    for (int k = 0; k < 120; ++k) k_f6[u * kF6Pitch + k] = __float2half_rn(f6w[u * 120 + k]);
+    k_f6b[u] = f6b[u];
+  }
+  for (int u = 0; u < 10; ++u) {
+    for (int k = 0; k < 84; ++k) k_f7[u * kF7Pitch + k] = __float2half_rn(f7w[u * 84 + k]);
+    k_f7b[u] = f7b[u];
+  }
+  // Inputs: 28x28 "images" in [0, 1] padded to 32x32 with zeros, as the model's preprocessing does.
+  std::vector<float> hx(size_t(n) * kIn * kIn, 0.0f);
+  std::uniform_real_distribution<float> pix(0.0f, 1.0f);
+  for (int i = 0; i < n; ++i)
+    for (int r = 2; r < 30; ++r)
+      for (int c = 2; c < 30; ++c) hx[size_t(i) * kIn * kIn + r * kIn + c] = pix(rng) < 0.2f ? pix(rng) : 0.0f;
+
+  auto up = [](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    T* d = nullptr;
+    CK(cudaMalloc(&d, v.size() * sizeof(T)));
+    CK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+  };
+  Weights W{up(k_c1), up(k_c1b), up(k_c3), up(k_c3b), up(k_f5), up(k_f5b), up(k_f6), up(k_f6b), up(k_f7), up(k_f7b)};
+  float* dx = up(hx);
+  float* dy = nullptr;
+  CK(cudaMalloc(&dy, size_t(n) * kUnits * sizeof(float)));
+  CK(cudaMemset(dy, 0xff, size_t(n) * kUnits * sizeof(float)));  // NaN poison: every output must be written
+  CK(cudaFuncSetAttribute(lenet_fp16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const int groups = (n + 15) / 16;
+  const int blocks = std::min(sms, (groups + kWarps - 1) / kWarps);
+  lenet_fp16_kernel<<<blocks, kWarps * 32, kSmemBytes>>>(dx, W, dy, n);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  std::vector<float> hy(size_t(n) * kUnits);
+  CK(cudaMemcpy(hy.data(), dy, hy.size() * sizeof(float), cudaMemcpyDeviceToHost));
+
+  // The reference for a spread of images: double sums of the fp16 values; each layer's output (after
+  // tanh and pooling) rounded to fp16 as the kernel stores it; exact tanh.
+  double max_dp = 0.0;
+  long checked = 0, bad = 0, argmax_differs = 0;
+  for (int img = 0; img < n; img += std::max(1, n / 509)) {
+    for (int which = 0; which < 2; ++which) {
+      const int i = which == 0 ? img : n - 1 - img;
+      const float* xi = &hx[size_t(i) * kIn * kIn];
+      std::vector<double> p1(6 * 14 * 14), p3(400), a5(120), a6(84), z(10);
+      for (int o = 0; o < 6; ++o)
+        for (int py = 0; py < 14; ++py)
+          for (int px = 0; px < 14; ++px) {
+            double pool = 0.0;
+            for (int dy = 0; dy < 2; ++dy)
+              for (int dx = 0; dx < 2; ++dx) {
+                double s = c1b[o];
+                for (int tap = 0; tap < 25; ++tap)
+                  s += double(round_half(xi[(2 * py + dy + tap / 5) * kIn + 2 * px + dx + tap % 5])) * c1w[o * 25 + tap];
+                pool += std::tanh(s);
+              }
+            p1[(o * 14 + py) * 14 + px] = round_half(float(pool / 4));
+          }
+      for (int o = 0; o < 16; ++o)
+        for (int py = 0; py < 5; ++py)
+          for (int px = 0; px < 5; ++px) {
+            double pool = 0.0;
+            for (int dy = 0; dy < 2; ++dy)
+              for (int dx = 0; dx < 2; ++dx) {
+                double s = c3b[o];
+                for (int c = 0; c < 6; ++c)
+                  for (int tap = 0; tap < 25; ++tap)
+                    s += p1[(c * 14 + 2 * py + dy + tap / 5) * 14 + 2 * px + dx + tap % 5] * c3w[(o * 6 + c) * 25 + tap];
+                pool += std::tanh(s);
+              }
+            p3[o * 25 + py * 5 + px] = round_half(float(pool / 4));
+          }
+      for (int u = 0; u < 120; ++u) {
+        double s = f5b[u];
+        for (int k = 0; k < 400; ++k) s += p3[k] * f5w[u * 400 + k];
+        a5[u] = round_half(float(std::tanh(s)));
+      }
+      for (int u = 0; u < 84; ++u) {
+        double s = f6b[u];
+        for (int k = 0; k < 120; ++k) s += a5[k] * f6w[u * 120 + k];
+        a6[u] = round_half(float(std::tanh(s)));
+      }
+      double m = -1e300;
+      for (int u = 0; u < 10; ++u) {
+        double s = f7b[u];
+        for (int k = 0; k < 84; ++k) s += a6[k] * f7w[u * 84 + k];
+        z[u] = s;
+        m = std::max(m, s);
+      }
+      double sum = 0.0;
+      for (int u = 0; u < 10; ++u) sum += std::exp(z[u] - m);
+      int want = 0, got = 0;
+      for (int u = 0; u < 10; ++u) {
+        const double p = std::exp(z[u] - m) / sum;
+        const double q = hy[size_t(i) * kUnits + u];
+        const double dp = std::fabs(p - q);
+        if (!(dp <= 1e-2)) ++bad;  // fp16 activations + tanh.approx against exact tanh: ~1e-3 expected
+        max_dp = std::max(max_dp, std::isnan(dp) ? 1e30 : dp);
+        if (z[u] > z[want]) want = u;
+        if (hy[size_t(i) * kUnits + u] > hy[size_t(i) * kUnits + got]) got = u;
+        ++checked;
+      }
+      argmax_differs += want != got;
+    }
+  }
+  std::printf("lenet fp16 mma probe on %s (%d SMs), %d images, %d blocks of %d warps, %.1f KiB smem: check %s "
+              "(%ld probabilities, max |dp| %.3g, %ld over 1e-2; class differs on %ld of %ld images)\n",
+              prop.name, sms, n, blocks, kWarps, kSmemBytes / 1024.0, bad == 0 ? "ok" : "FAILED", checked, max_dp, bad,
+              argmax_differs, checked / kUnits);
+
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int r = 0; r < 35; ++r) {
+    CK(cudaEventRecord(a));
+    lenet_fp16_kernel<<<blocks, kWarps * 32, kSmemBytes>>>(dx, W, dy, n);
+    CK(cudaGetLastError());
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t = 0.0f;
+    CK(cudaEventElapsedTime(&t, a, b));
+    if (r >= 5) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  std::printf("median %.4f ms (min %.4f, max %.4f): %.1f M images/s (compute scope: fp32 input on the device, "
+              "probabilities back on the device)\n",
+              med, ms.front(), ms.back(), n / med / 1e3);
+  return bad == 0 ? 0 : 1;
+}
