@@ -1,8 +1,8 @@
 // Issue 15's second probe: the whole LeNet-5 forward (c1, tanh, avgpool, c3, tanh, avgpool, f5, tanh,
 // f6, tanh, f7, softmax) in one kernel on the tensor cores, `mma.sync.m16n8k16` with fp16 operands
 // and fp32 sums, from the preprocessed fp32 input [n][32][32] to fp32 probabilities [n][10]. Written in
-// session 11 without a GPU (compiled here, not yet run): the next device session runs it first;
-// docs/perf-custom-tensor-core.md has the plan and, once run, the result.
+// session 11 and checked first on emulated warps (below); its first GPU run (H100): check ok, 44.8 M
+// images/s at 65,536. docs/perf-custom-tensor-core.md has the plan, the prediction and the profile.
 //
 // Layout (one warp = a group of 16 images; 4 warps per block, one block per SM: the dense weights
 // take 134 KB of shared memory):
