@@ -30,6 +30,11 @@ namespace {
 // prints the stamps of its 2,000th launch (a warm one); off by default, and then it compiles to nothing.
 #if ENGINE_IMAGE_CHAIN_TRACE
 __device__ unsigned g_trace_launches = 0;
+// Every block's entry and exit (its first and last instruction's %globaltimer), per launch parity:
+// the 2,001st launch prints the 2,000th's (session 11: two changes shortened block 0's own span
+// and yet lengthened the forward, so the time that moved is outside it).
+constexpr int kTraceBlocks = 64;
+__device__ unsigned long long g_block_entry[2][kTraceBlocks], g_block_exit[2][kTraceBlocks];
 __shared__ unsigned long long s_trace[64], s_trace_clock[64];
 __shared__ int s_trace_count;
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -203,6 +208,9 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
                        const float* __restrict__ x, float* __restrict__ y, int n) {
   extern __shared__ __align__(16) float smem[];
 #if ENGINE_IMAGE_CHAIN_TRACE
+  // This launch's number: every earlier launch's count is in (the stream orders the launches).
+  const unsigned trace_launch = *static_cast<volatile unsigned*>(&g_trace_launches);
+  if (threadIdx.x == 0 && blockIdx.x < kTraceBlocks) g_block_entry[trace_launch & 1][blockIdx.x] = global_ns();
   if (threadIdx.x == 0) s_trace_count = 0;
 #endif
   TRACE_STAMP();
@@ -364,12 +372,23 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
   }
 #if ENGINE_IMAGE_CHAIN_TRACE
   TRACE_STAMP();
-  if (threadIdx.x == 0 && blockIdx.x == 0 && atomicAdd(&g_trace_launches, 1u) == 2000u) {
-    printf("image_chain trace (cluster %d, %d blocks, ns since entry):", kCluster ? team.size : 1, int(gridDim.x));
-    for (int i = 1; i < s_trace_count; ++i) printf(" %llu", s_trace[i] - s_trace[0]);
-    printf("\nimage_chain trace, SM cycles since entry:");
-    for (int i = 1; i < s_trace_count; ++i) printf(" %llu", s_trace_clock[i] - s_trace_clock[0]);
-    printf("\n");
+  if (threadIdx.x == 0 && blockIdx.x < kTraceBlocks) g_block_exit[trace_launch & 1][blockIdx.x] = global_ns();
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    const unsigned done = atomicAdd(&g_trace_launches, 1u);
+    if (done == 2000u) {
+      printf("image_chain trace (cluster %d, %d blocks, ns since entry):", kCluster ? team.size : 1, int(gridDim.x));
+      for (int i = 1; i < s_trace_count; ++i) printf(" %llu", s_trace[i] - s_trace[0]);
+      printf("\nimage_chain trace, SM cycles since entry:");
+      for (int i = 1; i < s_trace_count; ++i) printf(" %llu", s_trace_clock[i] - s_trace_clock[0]);
+      printf("\n");
+    } else if (done == 2001u) {  // the 2,000th launch's blocks, in ns from its block 0's entry
+      const unsigned long long* in = g_block_entry[0];
+      const unsigned long long* out = g_block_exit[0];
+      printf("image_chain blocks (launch 2000, ns from block 0's entry; entry/exit):");
+      for (int b = 0; b < int(gridDim.x) && b < kTraceBlocks; ++b)
+        printf(" %lld/%lld", (long long)(in[b] - in[0]), (long long)(out[b] - in[0]));
+      printf("\n");
+    }
   }
 #endif
 }
