@@ -34,13 +34,16 @@ def emulator(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("images,blocks", [(5, 1), (37, 2), (70, 1)])
-def test_lenet_fp16_probe_matches_the_reference_on_emulated_warps(emulator, images, blocks):
+@pytest.mark.parametrize("images,blocks,version", [(5, 1, 1), (37, 2, 0), (70, 1, 2)])
+def test_lenet_fp16_probe_matches_the_reference_on_emulated_warps(emulator, images, blocks, version):
     # 5: one partial group; 37: three groups on three warps, the last partial; 70: five groups, the
-    # fifth on warp 0 again (the input requested across groups).
-    proc = subprocess.run([str(emulator), str(images), str(blocks)], capture_output=True, text=True, timeout=300)
+    # fifth on warp 0 again (the input requested across groups). Version 1 (one m-tile at a time),
+    # 2 (two interleaved), 0 both.
+    proc = subprocess.run([str(emulator), str(images), str(blocks), str(version)], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "check ok" in proc.stdout and f"{images} images" in proc.stdout
+    runs = [line for line in proc.stdout.splitlines() if "check ok" in line and f"{images} images" in line]
+    assert len(runs) == (2 if version == 0 else 1), proc.stdout
 
 
 def test_lenet_fp16_probe_check_catches_a_wrong_pooling_partner(emulator, tmp_path):
@@ -51,5 +54,5 @@ def test_lenet_fp16_probe_check_catches_a_wrong_pooling_partner(emulator, tmp_pa
     mutated.write_text(wrong)
     out = tmp_path / "mutated"
     build(mutated, out)
-    proc = subprocess.run([str(out), "20", "1"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([str(out), "20", "1", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "check FAILED" in proc.stdout
