@@ -26,12 +26,16 @@
 // Versions (llm.c style, both built, checked and timed side by side; argument 2 picks one):
 //  v1  one m-tile of c1 / c3 at a time (the first GPU run: 44.8 M images/s, latency-bound: one
 //      warp per scheduler, 2 of its 3.6 cycles between instructions waiting on fixed latencies);
-//  v2  two m-tiles at a time, their gathers, mma chains and epilogues interleaved (written after the
-//      session's device time ran out: checked on emulated warps only).
-//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/lenet_fp16_mma.cu -o /tmp/lenet_fp16 && /tmp/lenet_fp16 65536 [1|2]
+//  v2  two m-tiles at a time, their gathers, mma chains and epilogues interleaved;
+//  v3  8 warps per block in pairs: a pair fills one 16-image tile (8 rows each) and splits the dense
+//      layers' units, meeting at named barriers; inputs as fp16, the next one read into registers
+//      while c3 runs (two warps per scheduler);
+//  v4  v3 with v2's interleaving.
+//  v2-v4 were written after the session's device time ran out: checked on emulated warps only.
+//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/lenet_fp16_mma.cu -o /tmp/lenet_fp16 && /tmp/lenet_fp16 65536 [1-4]
 // Without a GPU, the same code on emulated warps (N images, B blocks; slow: a few images a second):
 //   g++ -O1 -std=c++17 -pthread -DLENET_EMULATE -x c++ -I/usr/local/cuda/include tools/probes/lenet_fp16_mma.cu \
-//       -o /tmp/lenet_emu && /tmp/lenet_emu 37 2 [1|2]
+//       -o /tmp/lenet_emu && /tmp/lenet_emu 37 2 [1-4]
 #include <cuda_fp16.h>
 #ifndef LENET_EMULATE
 #include <cuda_pipeline.h>
@@ -109,7 +113,7 @@ struct EmuBarrier {
   std::condition_variable cv;
   int count, waiting = 0;
   unsigned long generation = 0;
-  explicit EmuBarrier(int c) : count(c) {}
+  EmuBarrier(int c) : count(c) {}
   void wait() {
     std::unique_lock<std::mutex> lock(m);
     const unsigned long g = generation;
@@ -129,8 +133,10 @@ struct EmuWarp {
   float v[32];
 };
 struct EmuBlock {
-  EmuBarrier bar{kWarps * 32};
-  EmuWarp warps[kWarps];
+  explicit EmuBlock(int threads) : bar(threads) {}
+  EmuBarrier bar;
+  EmuWarp warps[8];
+  EmuBarrier pair_bar[4] = {EmuBarrier(64), EmuBarrier(64), EmuBarrier(64), EmuBarrier(64)};
 };
 thread_local EmuBlock* emu_block = nullptr;
 thread_local int emu_thread = 0;
@@ -287,17 +293,162 @@ __host__ __device__ __forceinline__ void request_input(const float* src, float* 
   copies_commit();
 }
 
-// A dense layer on the warp's 16-image tile: out[img][unit] = tanh(bias + in[img] . w[unit]) as fp16
-// into `out` (pitch out_pitch), or, for the last layer, the softmax of the first kUnits to y.
-template <int KT, int NP, bool kLast, bool kFast>
+// ---- The layers, shared by the versions.
+
+__host__ __device__ __forceinline__ float to_float(float v) { return v; }
+__host__ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+// What a lane keeps in registers for the convolutions: the B fragments of c1 (both k-tiles) and c3
+// (13 k-tiles x 2 n-tiles), the biases of its channels, c1's gather offsets, c3's ldmatrix row.
+struct ConvRegs {
+  unsigned b1f[4];
+  unsigned b3f[kC3KTiles][4];
+  float c1b0, c1b1, c3b[2][2];
+  int tap_off[8];
+  bool tap_real[8];
+  int c3_row, c3_khalf;
+};
+
+// Loads a lane's ConvRegs; the weights pass through two scratch buffers of the warp (c1's 640 B,
+// c3's 6.9 KB), free until the first image.
+__host__ __device__ __forceinline__ void load_conv_regs(const Weights& W, __half* scratch1, __half* scratch3, int lane,
+                                                        ConvRegs& r) {
+  const int t = lane % 4;
+  for (int i = lane; i < 8 * kC1Pitch / 8; i += 32) copy16(scratch1 + 8 * i, W.c1 + 8 * i);
+  for (int i = lane; i < 16 * kC3Pitch / 8; i += 32) copy16(scratch3 + 8 * i, W.c3 + 8 * i);
+  copies_commit();
+  copies_wait_all();
+  sync_warp();
+  ldmatrix_x4(scratch1 + (lane % 8) * kC1Pitch + 8 * (lane / 8), r.b1f[0], r.b1f[1], r.b1f[2], r.b1f[3]);
+  const int q = lane / 8, row = lane % 8;
+#pragma unroll
+  for (int kt = 0; kt < kC3KTiles; ++kt)
+    ldmatrix_x4(scratch3 + (8 * (q / 2) + row) * kC3Pitch + 16 * kt + 8 * (q % 2), r.b3f[kt][0], r.b3f[kt][1],
+                r.b3f[kt][2], r.b3f[kt][3]);
+  sync_warp();
+  r.c1b0 = W.c1_bias[2 * t];
+  r.c1b1 = W.c1_bias[2 * t + 1];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    r.c3b[j][0] = W.c3_bias[8 * j + 2 * t];
+    r.c3b[j][1] = W.c3_bias[8 * j + 2 * t + 1];
+  }
+  // c1's A fragment: this lane's taps (k columns 2t, 2t+1, 2t+8, 2t+9 of k-tiles 0 and 1) as offsets
+  // in the [32][32] input; taps past 24 contribute 0.
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int tap = 16 * (i / 4) + 2 * t + (i % 2) + 8 * ((i / 2) % 2);
+    r.tap_real[i] = tap < 25;
+    r.tap_off[i] = r.tap_real[i] ? (tap / 5) * kIn + tap % 5 : 0;
+  }
+  // c3's A rows (as c3_mma.cu): this lane addresses row c3_row of each m-tile, k half c3_khalf.
+  r.c3_row = 8 * ((lane / 8) % 2) + lane % 8;
+  r.c3_khalf = lane / 16;
+}
+
+// c1 + tanh + 2x2 average of one image: input [32][32] (fp32 or fp16) -> c3in [14][14][8] fp16.
+template <bool kFast, int kIlp, class In>
+__host__ __device__ __forceinline__ void conv_c1(const In* in, __half* c3in, const ConvRegs& r, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  // c1 + tanh + pool -> c3in [14][14][8].
+  // kIlp m-tiles at a time (version 2: two), their loads, mma chains and epilogues interleaved; a
+  // step past the last m-tile repeats it and stores nothing.
+  for (int mt0 = 0; mt0 < 49; mt0 += kIlp) {
+    float v[kIlp][2][8];
+    int wv[kIlp];
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+      // Rows g and g + 8: window 4 mt + g / 2, column dx = g % 2, rows dy = 0 and 1.
+      const int mt = mt0 + j < 49 ? mt0 + j : 48;
+      wv[j] = 4 * mt + g / 2;
+      const int py = 2 * (wv[j] / kP1), px = 2 * (wv[j] % kP1) + g % 2;
+      const In* p0 = in + py * kIn + px;  // row dy = 0; dy = 1 is kIn further
+#pragma unroll
+      for (int i2 = 0; i2 < 8; ++i2) {
+        v[j][0][i2] = r.tap_real[i2] ? to_float(p0[r.tap_off[i2]]) : 0.0f;
+        v[j][1][i2] = r.tap_real[i2] ? to_float(p0[kIn + r.tap_off[i2]]) : 0.0f;
+      }
+    }
+    float acc[kIlp][4] = {};
+    // k-tile 0: values 0..3 (k 2t, 2t+1, 2t+8, 2t+9); k-tile 1: values 4..7.
+#pragma unroll
+    for (int kt = 0; kt < 2; ++kt)
+#pragma unroll
+      for (int j = 0; j < kIlp; ++j)
+        mma_16816(acc[j], pack_half2(v[j][0][4 * kt], v[j][0][4 * kt + 1]),
+                  pack_half2(v[j][1][4 * kt], v[j][1][4 * kt + 1]), pack_half2(v[j][0][4 * kt + 2], v[j][0][4 * kt + 3]),
+                  pack_half2(v[j][1][4 * kt + 2], v[j][1][4 * kt + 3]), r.b1f[2 * kt], r.b1f[2 * kt + 1]);
+    // acc: [0..1] row g (dy 0), channels 2t, 2t+1; [2..3] row g + 8 (dy 1).
+    const bool left = g % 2 == 0;
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+      const float q0 = pool_window(tanh_act<kFast>(acc[j][0] + r.c1b0), tanh_act<kFast>(acc[j][2] + r.c1b0), left);
+      const float q1 = pool_window(tanh_act<kFast>(acc[j][1] + r.c1b1), tanh_act<kFast>(acc[j][3] + r.c1b1), left);
+      if (left && mt0 + j < 49)
+        *reinterpret_cast<unsigned*>(c3in + ((wv[j] / kP1) * kC3In + wv[j] % kP1) * kC3Ch + 2 * t) = pack_half2(q0, q1);
+    }
+  }
+}
+
+// c3 + tanh + 2x2 average of one image: c3in -> one row of a 16-image tile (k = channel * 25 + window).
+template <bool kFast, int kIlp>
+__host__ __device__ __forceinline__ void conv_c3(const __half* c3in, __half* row, const ConvRegs& r, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  // c3 + tanh + pool -> row i of the tile, k = channel * 25 + window.
+  for (int mt0 = 0; mt0 < kC3MTiles; mt0 += kIlp) {
+    const __half* origin[kIlp];
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+      const int mt = mt0 + j < kC3MTiles ? mt0 + j : kC3MTiles - 1;
+      const int rw = 4 * mt + (r.c3_row % 8) / 2;  // this lane's ldmatrix row: window, column, row
+      const int wr = rw < 25 ? rw : 0;
+      const int py = 2 * (wr / 5) + r.c3_row / 8, px = 2 * (wr % 5) + r.c3_row % 2;
+      origin[j] = c3in + (py * kC3In + px) * kC3Ch;
+    }
+    float acc[kIlp][2][4] = {};
+#pragma unroll
+    for (int kt = 0; kt < kC3KTiles; ++kt) {
+      const int tap = 2 * kt + r.c3_khalf < 24 ? 2 * kt + r.c3_khalf : 24;  // tap 25 (k 200..207) has zero weights
+#pragma unroll
+      for (int j = 0; j < kIlp; ++j) {
+        unsigned a0, a1, a2, a3;
+        ldmatrix_x4(origin[j] + ((tap / 5) * kC3In + tap % 5) * kC3Ch, a0, a1, a2, a3);
+        mma_16816(acc[j][0], a0, a1, a2, a3, r.b3f[kt][0], r.b3f[kt][1]);
+        mma_16816(acc[j][1], a0, a1, a2, a3, r.b3f[kt][2], r.b3f[kt][3]);
+      }
+    }
+    const bool left = g % 2 == 0;
+#pragma unroll
+    for (int j = 0; j < kIlp; ++j) {
+      const int w = 4 * (mt0 + j) + g / 2;  // past the last m-tile: w >= 28, nothing stored
+#pragma unroll
+      for (int n2 = 0; n2 < 2; ++n2) {
+        const float q0 = pool_window(tanh_act<kFast>(acc[j][n2][0] + r.c3b[n2][0]), tanh_act<kFast>(acc[j][n2][2] + r.c3b[n2][0]), left);
+        const float q1 = pool_window(tanh_act<kFast>(acc[j][n2][1] + r.c3b[n2][1]), tanh_act<kFast>(acc[j][n2][3] + r.c3b[n2][1]), left);
+        if (left && w < 25) {
+          const int ch = 8 * n2 + 2 * t;
+          row[ch * 25 + w] = __float2half_rn(q0);
+          row[(ch + 1) * 25 + w] = __float2half_rn(q1);
+        }
+      }
+    }
+  }
+}
+
+// A dense layer on a 16-image tile: out[img][unit] = tanh(bias + in[img] . w[unit]) as fp16 into `out`
+// (pitch out_pitch), or, for the last layer, the softmax of the first kUnits to y. This warp computes
+// the NP pairs of n-tiles from pair np0; `sync` runs between the last read of `in` and the first
+// write of `out` (which may alias in's region): the warp's, or the warp pair's barrier.
+template <int KT, int NP, bool kLast, bool kFast, class Sync>
 __host__ __device__ __forceinline__ void dense_layer(const __half* in, int in_pitch, const __half* w, int w_pitch,
-                                            const float* __restrict__ bias, __half* out, int out_pitch, float* y,
-                                            int group_base, int n, int lane) {
+                                                     const float* __restrict__ bias, __half* out, int out_pitch, float* y,
+                                                     int group_base, int n, int lane, int np0, Sync sync) {
   float acc[2 * NP][4];
 #pragma unroll
   for (int j = 0; j < 2 * NP; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
   const int a_row = 8 * ((lane / 8) % 2) + lane % 8, a_khalf = lane / 16;
   const int b_row = 8 * (lane / 16) + lane % 8, b_khalf = (lane / 8) % 2;
+  const __half* wp = w + 16 * np0 * w_pitch;
 #pragma unroll 1
   for (int kt = 0; kt < KT; ++kt) {
     unsigned a0, a1, a2, a3;
@@ -305,17 +456,17 @@ __host__ __device__ __forceinline__ void dense_layer(const __half* in, int in_pi
 #pragma unroll
     for (int np = 0; np < NP; ++np) {
       unsigned b0, b1, b2, b3;
-      ldmatrix_x4(w + (16 * np + b_row) * w_pitch + 16 * kt + 8 * b_khalf, b0, b1, b2, b3);
+      ldmatrix_x4(wp + (16 * np + b_row) * w_pitch + 16 * kt + 8 * b_khalf, b0, b1, b2, b3);
       mma_16816(acc[2 * np], a0, a1, a2, a3, b0, b1);
       mma_16816(acc[2 * np + 1], a0, a1, a2, a3, b2, b3);
     }
   }
-  sync_warp();  // every lane's reads of `in` are done before any write below (out may alias in's region)
+  sync();
   const int g = lane / 4, t = lane % 4;
   if constexpr (!kLast) {
 #pragma unroll
     for (int j = 0; j < 2 * NP; ++j) {
-      const int u = 8 * j + 2 * t;
+      const int u = 16 * np0 + 8 * j + 2 * t;
       const float b0 = bias[u], b1 = bias[u + 1];
       *reinterpret_cast<unsigned*>(out + g * out_pitch + u) = pack_half2(tanh_act<kFast>(acc[j][0] + b0), tanh_act<kFast>(acc[j][1] + b1));
       *reinterpret_cast<unsigned*>(out + (g + 8) * out_pitch + u) =
@@ -354,68 +505,28 @@ __host__ __device__ __forceinline__ void dense_layer(const __half* in, int in_pi
   }
 }
 
-// The kernel's body for thread `tid` of block `block` of `blocks` (the device kernel below passes
-// threadIdx.x and blockIdx.x; the host emulation its threads' numbers).
-template <bool kFast, int kIlp>
-__host__ __device__ __forceinline__ void lenet_body(const float* __restrict__ x, const Weights& W, float* __restrict__ y,
-                                                    int n, __half* smem, int tid, int block, int blocks) {
-  const int warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
-  // The dense weights, once per block.
-  for (int i = tid; i < kSmemWarp0 / 8; i += kWarps * 32) {
+// The dense weights into the block's shared memory (each thread its share; the caller waits).
+__host__ __device__ __forceinline__ void request_dense_weights(const Weights& W, __half* smem, int tid, int threads) {
+  for (int i = tid; i < kSmemWarp0 / 8; i += threads) {
     const __half* src = i < kSmemF6 / 8 ? W.f5 + 8 * i : i < kSmemF7 / 8 ? W.f6 + 8 * (i - kSmemF6 / 8) : W.f7 + 8 * (i - kSmemF7 / 8);
     copy16(smem + 8 * i, src);
   }
   copies_commit();
+}
+
+// Versions 1 and 2: 4 warps per block, each a 16-image tile of its own; the input by cp.async.
+template <bool kFast, int kIlp>
+__host__ __device__ __forceinline__ void lenet_body(const float* __restrict__ x, const Weights& W, float* __restrict__ y,
+                                                    int n, __half* smem, int tid, int block, int blocks) {
+  const int warp = tid / 32, lane = tid % 32;
+  request_dense_weights(W, smem, tid, kWarps * 32);
   __half* mine = smem + kSmemWarp0 + warp * kWarpHalfs;
   float* in = reinterpret_cast<float*>(mine + kWarpIn);
   __half* c3in = mine + kWarpC3In;
   __half* tile = mine + kWarpTile;
-
-  // c1's B fragments (both k-tiles) and c3's (13 k-tiles x 2 n-tiles), in registers for the launch;
-  // loaded through the c3 input buffer (its first use comes after).
-  unsigned b1f[4];
-  unsigned b3f[kC3KTiles][4];
-  {
-    for (int i = lane; i < 8 * kC1Pitch / 8; i += 32) copy16(c3in + 8 * i, W.c1 + 8 * i);
-    copies_commit();
-    copies_wait_all();
-    sync_warp();
-    ldmatrix_x4(c3in + (lane % 8) * kC1Pitch + 8 * (lane / 8), b1f[0], b1f[1], b1f[2], b1f[3]);
-    sync_warp();
-    // c3's weights: 16 rows of 216 halfs = 6.9 KB, in the tile's place.
-    for (int i = lane; i < 16 * kC3Pitch / 8; i += 32) copy16(tile + 8 * i, W.c3 + 8 * i);
-    copies_commit();
-    copies_wait_all();
-    sync_warp();
-    const int q = lane / 8, r = lane % 8;
-#pragma unroll
-    for (int kt = 0; kt < kC3KTiles; ++kt)
-      ldmatrix_x4(tile + (8 * (q / 2) + r) * kC3Pitch + 16 * kt + 8 * (q % 2), b3f[kt][0], b3f[kt][1],
-                  b3f[kt][2], b3f[kt][3]);
-    sync_warp();
-  }
+  ConvRegs r;
+  load_conv_regs(W, c3in, tile, lane, r);
   sync_block();  // every warp's copies of the dense weights have landed (each waited for its own)
-  const float c1b0 = W.c1_bias[2 * t], c1b1 = W.c1_bias[2 * t + 1];
-  float c3b[2][2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    c3b[j][0] = W.c3_bias[8 * j + 2 * t];
-    c3b[j][1] = W.c3_bias[8 * j + 2 * t + 1];
-  }
-  // c1's A fragment: this lane's taps (k columns 2t, 2t+1, 2t+8, 2t+9 of k-tiles 0 and 1) as offsets
-  // in the [32][32] input; taps past 24 contribute 0.
-  int tap_off[8];
-  bool tap_real[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int tap = 16 * (i / 4) + 2 * t + (i % 2) + 8 * ((i / 2) % 2);
-    tap_real[i] = tap < 25;
-    tap_off[i] = tap_real[i] ? (tap / 5) * kIn + tap % 5 : 0;
-  }
-  // c3's tap table (as c3_mma.cu): halfs from a pixel's window origin to tap 2 kt + h's channels.
-  const int c3_row = 8 * ((lane / 8) % 2) + lane % 8, c3_khalf = lane / 16;
-
   const int groups = (n + 15) / 16;
   const int stride = blocks * kWarps;
   int group = block * kWarps + warp;
@@ -431,99 +542,121 @@ __host__ __device__ __forceinline__ void lenet_body(const float* __restrict__ x,
       }
       copies_wait_all();
       sync_warp();
-      // c1 + tanh + pool -> c3in [14][14][8].
-      // kIlp m-tiles at a time (version 2: two), their loads, mma chains and epilogues interleaved; a
-      // step past the last m-tile repeats it and stores nothing.
-      for (int mt0 = 0; mt0 < 49; mt0 += kIlp) {
-        float v[kIlp][2][8];
-        int wv[kIlp];
-#pragma unroll
-        for (int j = 0; j < kIlp; ++j) {
-          // Rows g and g + 8: window 4 mt + g / 2, column dx = g % 2, rows dy = 0 and 1.
-          const int mt = mt0 + j < 49 ? mt0 + j : 48;
-          wv[j] = 4 * mt + g / 2;
-          const int py = 2 * (wv[j] / kP1), px = 2 * (wv[j] % kP1) + g % 2;
-          const float* p0 = in + py * kIn + px;  // row dy = 0; dy = 1 is kIn further
-#pragma unroll
-          for (int i2 = 0; i2 < 8; ++i2) {
-            v[j][0][i2] = tap_real[i2] ? p0[tap_off[i2]] : 0.0f;
-            v[j][1][i2] = tap_real[i2] ? p0[kIn + tap_off[i2]] : 0.0f;
-          }
-        }
-        float acc[kIlp][4] = {};
-        // k-tile 0: values 0..3 (k 2t, 2t+1, 2t+8, 2t+9); k-tile 1: values 4..7.
-#pragma unroll
-        for (int kt = 0; kt < 2; ++kt)
-#pragma unroll
-          for (int j = 0; j < kIlp; ++j)
-            mma_16816(acc[j], pack_half2(v[j][0][4 * kt], v[j][0][4 * kt + 1]),
-                      pack_half2(v[j][1][4 * kt], v[j][1][4 * kt + 1]), pack_half2(v[j][0][4 * kt + 2], v[j][0][4 * kt + 3]),
-                      pack_half2(v[j][1][4 * kt + 2], v[j][1][4 * kt + 3]), b1f[2 * kt], b1f[2 * kt + 1]);
-        // acc: [0..1] row g (dy 0), channels 2t, 2t+1; [2..3] row g + 8 (dy 1).
-        const bool left = g % 2 == 0;
-#pragma unroll
-        for (int j = 0; j < kIlp; ++j) {
-          const float q0 = pool_window(tanh_act<kFast>(acc[j][0] + c1b0), tanh_act<kFast>(acc[j][2] + c1b0), left);
-          const float q1 = pool_window(tanh_act<kFast>(acc[j][1] + c1b1), tanh_act<kFast>(acc[j][3] + c1b1), left);
-          if (left && mt0 + j < 49)
-            *reinterpret_cast<unsigned*>(c3in + ((wv[j] / kP1) * kC3In + wv[j] % kP1) * kC3Ch + 2 * t) = pack_half2(q0, q1);
-        }
-      }
+      conv_c1<kFast, kIlp>(in, c3in, r, lane);
       sync_warp();  // c1 has read the input and written c3's
       const int next = i + 1 < 16 ? img + 1 : (group + stride) * 16;
       if (next < n && (i + 1 < 16 || group + stride < groups)) request_input(x + size_t(next) * kIn * kIn, in, lane);
-      // c3 + tanh + pool -> row i of the tile, k = channel * 25 + window.
-      for (int mt0 = 0; mt0 < kC3MTiles; mt0 += kIlp) {
-        const __half* origin[kIlp];
-#pragma unroll
-        for (int j = 0; j < kIlp; ++j) {
-          const int mt = mt0 + j < kC3MTiles ? mt0 + j : kC3MTiles - 1;
-          const int rw = 4 * mt + (c3_row % 8) / 2;  // this lane's ldmatrix row: window, column, row
-          const int wr = rw < 25 ? rw : 0;
-          const int py = 2 * (wr / 5) + c3_row / 8, px = 2 * (wr % 5) + c3_row % 2;
-          origin[j] = c3in + (py * kC3In + px) * kC3Ch;
-        }
-        float acc[kIlp][2][4] = {};
-#pragma unroll
-        for (int kt = 0; kt < kC3KTiles; ++kt) {
-          const int tap = 2 * kt + c3_khalf < 24 ? 2 * kt + c3_khalf : 24;  // tap 25 (k 200..207) has zero weights
-#pragma unroll
-          for (int j = 0; j < kIlp; ++j) {
-            unsigned a0, a1, a2, a3;
-            ldmatrix_x4(origin[j] + ((tap / 5) * kC3In + tap % 5) * kC3Ch, a0, a1, a2, a3);
-            mma_16816(acc[j][0], a0, a1, a2, a3, b3f[kt][0], b3f[kt][1]);
-            mma_16816(acc[j][1], a0, a1, a2, a3, b3f[kt][2], b3f[kt][3]);
-          }
-        }
-        const bool left = g % 2 == 0;
-#pragma unroll
-        for (int j = 0; j < kIlp; ++j) {
-          const int w = 4 * (mt0 + j) + g / 2;  // past the last m-tile: w >= 28, nothing stored
-#pragma unroll
-          for (int n2 = 0; n2 < 2; ++n2) {
-            const float q0 = pool_window(tanh_act<kFast>(acc[j][n2][0] + c3b[n2][0]), tanh_act<kFast>(acc[j][n2][2] + c3b[n2][0]), left);
-            const float q1 = pool_window(tanh_act<kFast>(acc[j][n2][1] + c3b[n2][1]), tanh_act<kFast>(acc[j][n2][3] + c3b[n2][1]), left);
-            if (left && w < 25) {
-              const int ch = 8 * n2 + 2 * t;
-              row[ch * 25 + w] = __float2half_rn(q0);
-              row[(ch + 1) * 25 + w] = __float2half_rn(q1);
-            }
-          }
-        }
-      }
+      conv_c3<kFast, kIlp>(c3in, row, r, lane);
       sync_warp();  // c3 is done with c3in before the next image's c1 writes it
     }
     // The dense part on the 16 images: f5 (tile -> f6 input at the tile's start), f6 (-> f7 input
     // after it), f7 + softmax.
     __half* f6in = tile;
     __half* f7in = tile + 16 * kF6Pitch;
-    dense_layer<kF5K / 16, kF5N / 16, false, kFast>(tile, kTilePitch, smem + kSmemF5, kTilePitch, W.f5_bias, f6in, kF6Pitch,
-                                            y, base, n, lane);
-    dense_layer<kF6K / 16, kF6N / 16, false, kFast>(f6in, kF6Pitch, smem + kSmemF6, kF6Pitch, W.f6_bias, f7in, kF7Pitch, y,
-                                            base, n, lane);
-    dense_layer<kF7K / 16, kF7N / 16, true, kFast>(f7in, kF7Pitch, smem + kSmemF7, kF7Pitch, W.f7_bias, nullptr, 0, y, base,
-                                           n, lane);
+    auto warp_sync = [] { sync_warp(); };
+    dense_layer<kF5K / 16, kF5N / 16, false, kFast>(tile, kTilePitch, smem + kSmemF5, kTilePitch, W.f5_bias, f6in,
+                                                    kF6Pitch, y, base, n, lane, 0, warp_sync);
+    dense_layer<kF6K / 16, kF6N / 16, false, kFast>(f6in, kF6Pitch, smem + kSmemF6, kF6Pitch, W.f6_bias, f7in,
+                                                    kF7Pitch, y, base, n, lane, 0, warp_sync);
+    dense_layer<kF7K / 16, kF7N / 16, true, kFast>(f7in, kF7Pitch, smem + kSmemF7, kF7Pitch, W.f7_bias, nullptr, 0, y,
+                                                   base, n, lane, 0, warp_sync);
     sync_warp();  // the tile is rewritten by the next group
+  }
+  copies_wait_all();
+}
+
+// Versions 3 and 4: 8 warps per block in 4 pairs (twice the warps per scheduler: version 1 was
+// latency-bound with one). A pair fills one 16-image tile, each warp 8 of its rows, then splits the
+// dense layers' units (f7 and the softmax on the pair's first warp); the pair meets at a named
+// barrier. Each warp keeps its input as fp16 ([32][32], 2 KB): the next image's is read into
+// registers (8 float4 per lane) while c3 runs, and stored converted after it. Shared memory: the
+// dense weights (134 KB) + 4 x (tile 13 KB + 2 x (c3 input 3.1 KB + input 2 KB)) = 222 KB.
+constexpr int kPairWarps = 8;
+constexpr int kPairHalfs = 16 * kTilePitch + 2 * (kC3In * kC3In * kC3Ch + kIn * kIn);
+constexpr int kPairSmemBytes = (kSmemWarp0 + (kPairWarps / 2) * kPairHalfs) * 2;
+
+__host__ __device__ __forceinline__ void pair_sync(int pair) {
+#ifdef __CUDA_ARCH__
+  asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
+#elif defined(LENET_EMULATE)
+  emu_block->pair_bar[pair].wait();
+#endif
+}
+
+template <bool kFast, int kIlp>
+__host__ __device__ __forceinline__ void lenet_body_pairs(const float* __restrict__ x, const Weights& W,
+                                                          float* __restrict__ y, int n, __half* smem, int tid, int block,
+                                                          int blocks) {
+  const int warp = tid / 32, lane = tid % 32, pair = warp / 2, half = warp % 2;
+  request_dense_weights(W, smem, tid, kPairWarps * 32);
+  __half* tile = smem + kSmemWarp0 + pair * kPairHalfs;
+  __half* c3in = tile + 16 * kTilePitch + half * (kC3In * kC3In * kC3Ch + kIn * kIn);
+  __half* in = c3in + kC3In * kC3In * kC3Ch;
+  ConvRegs r;
+  // The pair's warps load their registers one after the other through the tile (c3's weights, 6.9
+  // KB) and their own input buffer (c1's).
+  if (half == 1) pair_sync(pair);
+  load_conv_regs(W, in, tile, lane, r);
+  if (half == 0) pair_sync(pair);
+  sync_block();
+  const int groups = (n + 15) / 16;
+  const int stride = blocks * (kPairWarps / 2);
+  // This warp's images: rows 8 half .. 8 half + 7 of each of its pair's groups, in order.
+  auto image_after = [&](int group, int i) { return i + 1 < 8 ? group * 16 + 8 * half + i + 1 : (group + stride) * 16 + 8 * half; };
+  float4 pf[8];
+  auto fetch = [&](int img) {  // the image's 4 KB, 8 float4 per lane, into registers
+    const float4* src = reinterpret_cast<const float4*>(x + size_t(img) * kIn * kIn);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) pf[k] = src[lane + 32 * k];
+  };
+  auto store_input = [&] {  // the fetched image into `in` as fp16
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      unsigned* dst = reinterpret_cast<unsigned*>(in + 4 * (lane + 32 * k));
+      dst[0] = pack_half2(pf[k].x, pf[k].y);
+      dst[1] = pack_half2(pf[k].z, pf[k].w);
+    }
+  };
+  int group = block * (kPairWarps / 2) + pair;
+  if (group < groups && group * 16 + 8 * half < n) {
+    fetch(group * 16 + 8 * half);
+    store_input();
+  }
+  for (; group < groups; group += stride) {
+    const int base = group * 16;
+    for (int i = 0; i < 8; ++i) {
+      const int img = base + 8 * half + i;
+      __half* row = tile + (8 * half + i) * kTilePitch;
+      if (img >= n) {
+        for (int k = lane; k < kTilePitch; k += 32) row[k] = __float2half_rn(0.0f);
+        continue;
+      }
+      sync_warp();  // the input stored by every lane
+      conv_c1<kFast, kIlp>(in, c3in, r, lane);
+      sync_warp();
+      const int next = image_after(group, i);
+      const bool more = next < n && (i + 1 < 8 || group + stride < groups);
+      if (more) fetch(next);
+      conv_c3<kFast, kIlp>(c3in, row, r, lane);
+      sync_warp();  // c1 of the next image may overwrite c3in; c1 of this one is done with `in`
+      if (more) store_input();
+    }
+    pair_sync(pair);  // the tile's 16 rows are written
+    __half* f6in = tile;
+    __half* f7in = tile + 16 * kF6Pitch;
+    auto both = [pair] { pair_sync(pair); };
+    dense_layer<kF5K / 16, kF5N / 32, false, kFast>(tile, kTilePitch, smem + kSmemF5, kTilePitch, W.f5_bias, f6in,
+                                                    kF6Pitch, y, base, n, lane, half * (kF5N / 32), both);
+    pair_sync(pair);  // f6's input is complete
+    dense_layer<kF6K / 16, kF6N / 32, false, kFast>(f6in, kF6Pitch, smem + kSmemF6, kF6Pitch, W.f6_bias, f7in,
+                                                    kF7Pitch, y, base, n, lane, half * (kF6N / 32), both);
+    pair_sync(pair);  // f7's input is complete
+    if (half == 0) {
+      auto warp_sync = [] { sync_warp(); };
+      dense_layer<kF7K / 16, kF7N / 16, true, kFast>(f7in, kF7Pitch, smem + kSmemF7, kF7Pitch, W.f7_bias, nullptr, 0, y,
+                                                     base, n, lane, 0, warp_sync);
+    }
+    pair_sync(pair);  // the tile is rewritten by the next group
   }
   copies_wait_all();
 }
@@ -535,6 +668,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   extern __shared__ __align__(16) __half smem[];
   lenet_body<kFast, kIlp>(x, W, y, n, smem, int(threadIdx.x), int(blockIdx.x), int(gridDim.x));
 }
+template <bool kFast, int kIlp>
+__global__ void __launch_bounds__(kPairWarps * 32, 1)
+    lenet_pairs_kernel(const float* __restrict__ x, Weights W, float* __restrict__ y, int n) {
+  extern __shared__ __align__(16) __half smem[];
+  lenet_body_pairs<kFast, kIlp>(x, W, y, n, smem, int(threadIdx.x), int(blockIdx.x), int(gridDim.x));
+}
 #endif
 
 // ---- host: random LeNet-5 weights rounded to fp16, the reference in double with the kernel's fp16
@@ -543,15 +682,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 static float round_half(float v) { return __half2float(__float2half_rn(v)); }
 
 int main(int argc, char** argv) {
-  // lenet_fp16 [images] [version: 1, 2, or 0 for both]; the emulation: lenet_emu [images] [blocks] [version]
+  // lenet_fp16 [images] [version 1-4, or 0 for all]; the emulation: lenet_emu [images] [blocks] [version]
   const int n = argc > 1 ? std::atoi(argv[1]) : 65536;
 #ifdef LENET_EMULATE
   const int version = argc > 3 ? std::atoi(argv[3]) : 0;
 #else
   const int version = argc > 2 ? std::atoi(argv[2]) : 0;
 #endif
-  if (n < 1 || version < 0 || version > 2) {
-    std::fprintf(stderr, "usage: lenet_fp16 [images >= 1] [version 1, 2 or 0 for both]\n");
+  if (n < 1 || version < 0 || version > 4) {
+    std::fprintf(stderr, "usage: lenet_fp16 [images >= 1] [version 1-4, or 0 for all]\n");
     return 2;
   }
 #ifdef LENET_EMULATE
@@ -672,7 +811,7 @@ int main(int argc, char** argv) {
     }
   }
   // Every probability of the sampled images within `tol` of the reference (NaN fails).
-  auto check = [&](const std::vector<float>& out, double tol, const char* what) {
+  auto check = [&](const std::vector<float>& out, double tol, const char* what, int warps, int smem_bytes) {
     double max_dp = 0.0;
     long bad = 0, argmax_differs = 0;
     for (size_t s = 0; s < sampled.size(); ++s) {
@@ -690,7 +829,7 @@ int main(int argc, char** argv) {
     }
     std::printf("lenet fp16 mma probe on %s (%d SMs), %d images, %d blocks of %d warps, %.1f KiB smem, %s: check %s "
                 "(%zu probabilities, max |dp| %.3g, %ld over %.0e; class differs on %ld of %zu images)\n",
-                prop.name, sms, n, blocks, kWarps, kSmemBytes / 1024.0, what, bad == 0 ? "ok" : "FAILED",
+                prop.name, sms, n, blocks, warps, smem_bytes / 1024.0, what, bad == 0 ? "ok" : "FAILED",
                 sampled.size() * 10, max_dp, bad, tol, argmax_differs, sampled.size());
     return bad;
   };
@@ -699,26 +838,31 @@ int main(int argc, char** argv) {
   // timed tanh.approx kernel within 1e-2 (tanh's relative error ~2^-11 per activation, 5 layers).
   long bad = 0;
   std::vector<float> hy(size_t(n) * kUnits);
+  const char* names[4][2] = {{"v1, accurate tanhf", "v1, tanh.approx"}, {"v2, accurate tanhf", "v2, tanh.approx"},
+                             {"v3, accurate tanhf", "v3, tanh.approx"}, {"v4, accurate tanhf", "v4, tanh.approx"}};
 #ifdef LENET_EMULATE
   Weights W{k_c1.data(), k_c1b.data(), k_c3.data(), k_c3b.data(), k_f5.data(),
             k_f5b.data(), k_f6.data(), k_f6b.data(), k_f7.data(), k_f7b.data()};
-  auto run_version = [&](auto ilp) {
+  auto run_version = [&](auto ilp, auto pairs) {
     constexpr int kIlp = decltype(ilp)::value;
+    constexpr bool kPairs = decltype(pairs)::value;
+    const int threads = kPairs ? kPairWarps * 32 : kWarps * 32;
     std::fill(hy.begin(), hy.end(), std::nanf(""));  // poison: every output must be written
-    std::vector<float4> smem_buffer(kSmemBytes / 16);
+    std::vector<float4> smem_buffer((kPairs ? kPairSmemBytes : kSmemBytes) / 16);
     for (int block = 0; block < blocks; ++block) {  // each block in turn, its threads as host threads
-      EmuBlock emu;
-      std::vector<std::thread> threads;
-      for (int tid = 0; tid < kWarps * 32; ++tid)
-        threads.emplace_back([&, tid] {
+      EmuBlock emu(threads);
+      std::vector<std::thread> pool;
+      for (int tid = 0; tid < threads; ++tid)
+        pool.emplace_back([&, tid] {
           emu_block = &emu;
           emu_thread = tid;
-          lenet_body<false, kIlp>(hx.data(), W, hy.data(), n, reinterpret_cast<__half*>(smem_buffer.data()), tid,
-                                  block, blocks);
+          __half* smem = reinterpret_cast<__half*>(smem_buffer.data());
+          if constexpr (kPairs) lenet_body_pairs<false, kIlp>(hx.data(), W, hy.data(), n, smem, tid, block, blocks);
+          else lenet_body<false, kIlp>(hx.data(), W, hy.data(), n, smem, tid, block, blocks);
         });
-      for (auto& t : threads) t.join();
+      for (auto& t : pool) t.join();
     }
-    bad += check(hy, 2e-4, kIlp == 1 ? "v1, accurate tanhf" : "v2, accurate tanhf");
+    bad += check(hy, 2e-4, names[(kPairs ? 2 : 0) + kIlp - 1][0], threads / 32, kPairs ? kPairSmemBytes : kSmemBytes);
   };
 #else
   auto up = [](const auto& v) {
@@ -732,44 +876,59 @@ int main(int argc, char** argv) {
   float* dx = up(hx);
   float* dy = nullptr;
   CK(cudaMalloc(&dy, size_t(n) * kUnits * sizeof(float)));
-  auto run_version = [&](auto ilp) {
+  auto run_version = [&](auto ilp, auto pairs) {
     constexpr int kIlp = decltype(ilp)::value;
-    const char* names[2][2] = {{"v1, accurate tanhf", "v1, tanh.approx"}, {"v2, accurate tanhf", "v2, tanh.approx"}};
+    constexpr bool kPairs = decltype(pairs)::value;
+    const int version = (kPairs ? 2 : 0) + kIlp - 1;
+    const int threads = kPairs ? kPairWarps * 32 : kWarps * 32;
+    const int smem_bytes = kPairs ? kPairSmemBytes : kSmemBytes;
+    auto launch = [&](bool fast) {
+      if (kPairs && fast) lenet_pairs_kernel<true, kIlp><<<blocks, threads, smem_bytes>>>(dx, W, dy, n);
+      else if (kPairs) lenet_pairs_kernel<false, kIlp><<<blocks, threads, smem_bytes>>>(dx, W, dy, n);
+      else if (fast) lenet_fp16_kernel<true, kIlp><<<blocks, threads, smem_bytes>>>(dx, W, dy, n);
+      else lenet_fp16_kernel<false, kIlp><<<blocks, threads, smem_bytes>>>(dx, W, dy, n);
+      CK(cudaGetLastError());
+    };
     CK(cudaFuncSetAttribute(lenet_fp16_kernel<false, kIlp>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     CK(cudaFuncSetAttribute(lenet_fp16_kernel<true, kIlp>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    CK(cudaFuncSetAttribute(lenet_pairs_kernel<false, kIlp>, cudaFuncAttributeMaxDynamicSharedMemorySize, kPairSmemBytes));
+    CK(cudaFuncSetAttribute(lenet_pairs_kernel<true, kIlp>, cudaFuncAttributeMaxDynamicSharedMemorySize, kPairSmemBytes));
     for (int fast = 0; fast < 2; ++fast) {
       CK(cudaMemset(dy, 0xff, size_t(n) * kUnits * sizeof(float)));  // NaN poison: every output must be written
-      if (fast) lenet_fp16_kernel<true, kIlp><<<blocks, kWarps * 32, kSmemBytes>>>(dx, W, dy, n);
-      else lenet_fp16_kernel<false, kIlp><<<blocks, kWarps * 32, kSmemBytes>>>(dx, W, dy, n);
-      CK(cudaGetLastError());
+      launch(fast != 0);
       CK(cudaDeviceSynchronize());
       CK(cudaMemcpy(hy.data(), dy, hy.size() * sizeof(float), cudaMemcpyDeviceToHost));
-      bad += check(hy, fast ? 1e-2 : 2e-4, names[kIlp - 1][fast]);
+      bad += check(hy, fast ? 1e-2 : 2e-4, names[version][fast], threads / 32, smem_bytes);
     }
     std::vector<float> ms;
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    for (int r = 0; r < 35; ++r) {
+    for (int rep = 0; rep < 35; ++rep) {
       CK(cudaEventRecord(a));
-      lenet_fp16_kernel<true, kIlp><<<blocks, kWarps * 32, kSmemBytes>>>(dx, W, dy, n);
-      CK(cudaGetLastError());
+      launch(true);
       CK(cudaEventRecord(b));
       CK(cudaEventSynchronize(b));
       float t = 0.0f;
       CK(cudaEventElapsedTime(&t, a, b));
-      if (r >= 5) ms.push_back(t);
+      if (rep >= 5) ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
     std::printf("%s: median %.4f ms (min %.4f, max %.4f): %.1f M images/s (compute scope: fp32 input on the device, "
                 "probabilities back on the device)\n",
-                names[kIlp - 1][1], med, ms.front(), ms.back(), n / med / 1e3);
+                names[version][1], med, ms.front(), ms.back(), n / med / 1e3);
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
   };
 #endif
-  if (version != 2) run_version(std::integral_constant<int, 1>{});
-  if (version != 1) run_version(std::integral_constant<int, 2>{});
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  using Solo = std::false_type;
+  using Pairs = std::true_type;
+  if (version == 0 || version == 1) run_version(One{}, Solo{});
+  if (version == 0 || version == 2) run_version(Two{}, Solo{});
+  if (version == 0 || version == 3) run_version(One{}, Pairs{});
+  if (version == 0 || version == 4) run_version(Two{}, Pairs{});
   return bad == 0 ? 0 : 1;
 }
