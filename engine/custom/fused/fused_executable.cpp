@@ -29,7 +29,8 @@ int env_int(const char* name, int fallback) {
 // the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3, the default, 16 in
 // clusters), and
 // ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
-// hand-offs, for benchmarks and tests; the bits are the same either way.
+// hand-offs, and ENGINE_FUSED_IMAGE_FLATTEN=copy the conv-to-dense copy instead of the planned
+// in-place read, for benchmarks and tests; the bits are the same either way.
 constexpr int kImageImagesPerSm = 12;
 
 class FusedExecutable final : public gpu::GpuExecutable {
