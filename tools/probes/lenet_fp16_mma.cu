@@ -681,6 +681,28 @@ __global__ void __launch_bounds__(kPairWarps * 32, 1)
 
 static float round_half(float v) { return __half2float(__float2half_rn(v)); }
 
+// The reference's conv (5x5, valid) + tanh + 2x2 average of `in` [C][S][S], weights [OC][C][25], the
+// pooled values rounded to fp16 as the kernel stores them: out [OC][(S - 4) / 2]^2, sums in double.
+static void ref_conv_tanh_pool(const std::vector<double>& in, int C, int S, const std::vector<float>& w,
+                               const std::vector<float>& b, int OC, std::vector<double>& out) {
+  const int P = (S - 4) / 2;
+  out.assign(size_t(OC) * P * P, 0.0);
+  for (int o = 0; o < OC; ++o)
+    for (int py = 0; py < P; ++py)
+      for (int px = 0; px < P; ++px) {
+        double pool = 0.0;
+        for (int dy = 0; dy < 2; ++dy)
+          for (int dx = 0; dx < 2; ++dx) {
+            double sum = b[o];
+            for (int c = 0; c < C; ++c)
+              for (int tap = 0; tap < 25; ++tap)
+                sum += in[(size_t(c) * S + 2 * py + dy + tap / 5) * S + 2 * px + dx + tap % 5] * w[(o * C + c) * 25 + tap];
+            pool += std::tanh(sum);
+          }
+        out[(size_t(o) * P + py) * P + px] = round_half(float(pool / 4));
+      }
+}
+
 int main(int argc, char** argv) {
   // lenet_fp16 [images] [version 1-4, or 0 for all]; the emulation: lenet_emu [images] [blocks] [version]
   const int n = argc > 1 ? std::atoi(argv[1]) : 65536;
@@ -760,34 +782,10 @@ int main(int argc, char** argv) {
       const int i = which == 0 ? img : n - 1 - img;
       sampled.push_back(i);
       const float* xi = &hx[size_t(i) * kIn * kIn];
-      std::vector<double> p1(6 * 14 * 14), p3(400), a5(120), a6(84), z(10);
-      for (int o = 0; o < 6; ++o)
-        for (int py = 0; py < 14; ++py)
-          for (int px = 0; px < 14; ++px) {
-            double pool = 0.0;
-            for (int dy = 0; dy < 2; ++dy)
-              for (int dx = 0; dx < 2; ++dx) {
-                double s = c1b[o];
-                for (int tap = 0; tap < 25; ++tap)
-                  s += double(round_half(xi[(2 * py + dy + tap / 5) * kIn + 2 * px + dx + tap % 5])) * c1w[o * 25 + tap];
-                pool += std::tanh(s);
-              }
-            p1[(o * 14 + py) * 14 + px] = round_half(float(pool / 4));
-          }
-      for (int o = 0; o < 16; ++o)
-        for (int py = 0; py < 5; ++py)
-          for (int px = 0; px < 5; ++px) {
-            double pool = 0.0;
-            for (int dy = 0; dy < 2; ++dy)
-              for (int dx = 0; dx < 2; ++dx) {
-                double s = c3b[o];
-                for (int c = 0; c < 6; ++c)
-                  for (int tap = 0; tap < 25; ++tap)
-                    s += p1[(c * 14 + 2 * py + dy + tap / 5) * 14 + 2 * px + dx + tap % 5] * c3w[(o * 6 + c) * 25 + tap];
-                pool += std::tanh(s);
-              }
-            p3[o * 25 + py * 5 + px] = round_half(float(pool / 4));
-          }
+      std::vector<double> x0(kIn * kIn), p1, p3, a5(120), a6(84), z(10);
+      for (int k = 0; k < kIn * kIn; ++k) x0[k] = round_half(xi[k]);
+      ref_conv_tanh_pool(x0, 1, kIn, c1w, c1b, 6, p1);   // [6][14][14]
+      ref_conv_tanh_pool(p1, 6, 14, c3w, c3b, 16, p3);   // [16][5][5]: f5's CHW order
       for (int u = 0; u < 120; ++u) {
         double s = f5b[u];
         for (int k = 0; k < 400; ++k) s += p3[k] * f5w[u * 400 + k];
