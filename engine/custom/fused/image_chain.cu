@@ -318,12 +318,13 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
         cluster_arrive_relaxed();  // every hand-off this block waits for has landed
         arrived = true;
       }
-      if (p.has_dense && !p.flatten_in_place) {
-        store_chain_output(cp, smem, 1, smem + first.in_off, first.in_padded, dp.input_epilogue);
-        for (int k = cp.output_elements + threadIdx.x; k < first.in_padded; k += blockDim.x) smem[first.in_off + k] = 0.0f;
-      } else if (p.has_dense) {
-        // The last conv layer wrote the first dense layer's input row itself (the plan's
-        // flatten_in_place), and each thread has waited for all of it: no copy, no barrier.
+      if (p.has_dense) {
+        // With the plan's flatten_in_place the last conv layer wrote the first dense layer's input
+        // row itself, and each thread has waited for all of it: no copy, no barrier.
+        if (!p.flatten_in_place) {
+          store_chain_output(cp, smem, 1, smem + first.in_off, first.in_padded, dp.input_epilogue);
+          for (int k = cp.output_elements + threadIdx.x; k < first.in_padded; k += blockDim.x) smem[first.in_off + k] = 0.0f;
+        }
       } else if (team.rank == 0) {
         store_chain_output(cp, smem, 1, y + size_t(img) * cp.output_elements, cp.output_elements, Epilogue{});
       }
@@ -409,18 +410,31 @@ int image_chain_blocks_per_sm(int smem_bytes) {
   return blocks;
 }
 
-int image_chain_cluster_capacity(int smem_bytes, int size) {
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attr[1];
+namespace {
+
+// A launch of `grid` blocks of the image chain in clusters of `size`; `attr` holds the cluster
+// attribute the configuration points to (the capacity query and the launch share it).
+cudaLaunchConfig_t cluster_config(int size, unsigned grid, int smem_bytes, cudaStream_t stream,
+                                  cudaLaunchAttribute (&attr)[1]) {
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(size);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  config.gridDim = dim3(unsigned(size));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
   config.blockDim = dim3(kImageThreads);
   config.dynamicSmemBytes = size_t(smem_bytes);
+  config.stream = stream;
   config.attrs = attr;
   config.numAttrs = 1;
+  return config;
+}
+
+}  // namespace
+
+int image_chain_cluster_capacity(int smem_bytes, int size) {
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t config = cluster_config(size, unsigned(size), smem_bytes, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, image_chain_kernel<true>, &config) == cudaSuccess) return clusters;
   (void)cudaGetLastError();  // a size the device cannot schedule is an answer, not an error
@@ -437,23 +451,13 @@ void image_chain_forward(const ImageChainParams& p, const float* conv_weights, c
     CUDA_CHECK_LAUNCH(context);
     return;
   }
-  cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.gridDim = dim3(unsigned(n * cluster));
+  cudaLaunchConfig_t config = cluster_config(cluster, unsigned(n * cluster), p.smem_floats * int(sizeof(float)), stream, attr);
 #if ENGINE_IMAGE_CHAIN_TRACE
   // Trace builds: ENGINE_IMAGE_CHAIN_ONE_TEAM=1 runs every image on one cluster, one after another,
   // so the stamps show a warm second image beside the first (the study of what is cold per launch).
   if (const char* one = std::getenv("ENGINE_IMAGE_CHAIN_ONE_TEAM"); one && one[0] == '1') config.gridDim = dim3(unsigned(cluster));
 #endif
-  config.blockDim = dim3(kImageThreads);
-  config.dynamicSmemBytes = size_t(p.smem_floats) * sizeof(float);
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
   CUDA_CHECK_CTX(cudaLaunchKernelEx(&config, image_chain_kernel<true>, p, conv_weights, x, y, n), context);
   CUDA_CHECK_LAUNCH(context);
 }

@@ -1,0 +1,219 @@
+// The custom backend's fp16 / bf16 path, the tensor-core chain (engine/custom/fused/tc_chain*): every
+// member of tests/gpu/custom_tc_util.hpp's spread against the reference backend's emulation of the
+// same precision on fresh random inputs with poisoned outputs, both kernel versions and both tanh
+// variants; the same bits for any batch split, run to run, and past 65,535 images; the refusals;
+// LeNet-5 on MNIST against fp32 with the bounds docs/precision.md states.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/core/graph.hpp"
+#include "engine/core/registry.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/model_builder.hpp"
+#include "tests/common/test_models.hpp"
+#include "tests/gpu/custom_tc_util.hpp"
+#include "tests/gpu/gpu_op_test_util.hpp"
+#include "tests/gpu/mnist_model_util.hpp"
+
+namespace {
+
+using formats::OpType;
+
+// Sets an environment switch of the executable for one scope.
+class EnvOverride {
+ public:
+  EnvOverride(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~EnvOverride() { unsetenv(name_); }
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
+
+ private:
+  const char* name_;
+};
+
+engine::CompileOptions with(engine::Precision p) {
+  engine::CompileOptions o;
+  o.precision = p;
+  return o;
+}
+
+std::vector<float> input_for(const std::shared_ptr<formats::Model>& model, int n, uint32_t seed) {
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  if (model->input.dtype == formats::InputDType::UInt8) {
+    const auto bytes = testing_support::random_bytes(per_sample * size_t(n), seed);
+    std::vector<float> packed((bytes.size() + 3) / 4);
+    std::memcpy(packed.data(), bytes.data(), bytes.size());
+    return packed;
+  }
+  return testing_support::random_floats(per_sample * size_t(n), seed, -1.0f, 1.0f);
+}
+
+// The reference's emulation stores every value in the format, pre-activation sums included (the
+// kernel: only what it hands from layer to layer, and tanh.approx where the reference has tanh), so
+// the two differ by a few units of the format's last place in every activation, and a sum of ~100
+// such terms that cancels (a tanh output near 0, no softmax: sigmoid_full_no_softmax) carries them
+// at 1 % of the output's peak, where compare_with_cpu's relative measure has its floor. Measured
+// worst (H100, session 12): fp16 7.7e-3 on that model, <= 7e-4 on the others; bf16 6.6e-2, <= 4.5e-3.
+// Bounds: 2e-2 (fp16) and 1e-1 (bf16); an indexing or layout bug shows as errors near 1.
+double tolerance(engine::Precision p) { return p == engine::Precision::BF16 ? 1e-1 : 2e-2; }
+
+void expect_matches_emulation(const std::shared_ptr<formats::Model>& model, engine::Precision p, uint32_t seed) {
+  double worst = 0;
+  for (const auto& bc : gpu_test::batch_cases()) {
+    const auto input = input_for(model, bc.batch, seed + uint32_t(bc.batch));
+    const auto r = testing_support::compare_with_cpu(model, "custom", input.data(), bc.batch, bc.max_batch, with(p));
+    EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
+    EXPECT_LE(r.max_rel_error, tolerance(p)) << "batch " << bc.batch << ", worst " << r.worst;
+    worst = std::max(worst, r.max_rel_error);
+  }
+  std::cout << "[ measured ] custom " << engine::precision_name(p) << " " << model->name
+            << ": max relative error against the emulation " << worst << "\n";
+}
+
+TEST(CustomTcChain, MatchesReferenceEmulation) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  for (const engine::Precision p : {engine::Precision::FP16, engine::Precision::BF16})
+    for (auto f : tc_test::families()) {
+      SCOPED_TRACE(std::string(engine::precision_name(p)) + " " + f.name);
+      expect_matches_emulation(tc_test::family_model(f), p, 7000 + f.seed);
+      f.uint8 = true;  // the same member behind uint8 pixels padded by 2 (LeNet-5's input)
+      f.name += "_uint8";
+      expect_matches_emulation(tc_test::family_model(f), p, 7100 + f.seed);
+    }
+}
+
+// Version 1 (the simple kernel), the accurate tanhf, the generic kernel and tiles of 16 at every
+// batch: the same bounds.
+TEST(CustomTcChain, OtherVersionsMatchReferenceEmulation) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  for (auto [env, value] : {std::pair{"ENGINE_TC_VERSION", "1"}, std::pair{"ENGINE_TC_ACCURATE_TANH", "1"},
+                            std::pair{"ENGINE_TC_GENERIC", "1"}, std::pair{"ENGINE_TC_TILE", "16"}}) {
+    EnvOverride o(env, value);
+    for (const auto& f : tc_test::families()) {
+      SCOPED_TRACE(std::string(env) + "=" + value + " " + f.name);
+      expect_matches_emulation(tc_test::family_model(f), engine::Precision::FP16, 7200 + f.seed);
+    }
+  }
+}
+
+// Each image's values depend only on its own rows of the GEMMs: one batch of 1,000 and the same
+// images in batches of 1, 15, 16, 17 and 951 give the same bits, and so does a second run.
+TEST(CustomTcChain, SameBitsForAnyBatchSplit) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const auto model = tc_test::family_model(tc_test::families()[0]);
+  const int n = 1000;
+  const auto input = input_for(model, n, 7300);
+  const auto whole = testing_support::run_backend(model, "custom", input.data(), n, n, with(engine::Precision::FP16)).at(0);
+  const auto again = testing_support::run_backend(model, "custom", input.data(), n, n, with(engine::Precision::FP16)).at(0);
+  EXPECT_EQ(std::memcmp(whole.data(), again.data(), whole.size() * sizeof(float)), 0) << "not repeatable";
+  const size_t units = whole.size() / n;
+  // The generic kernel (activations read from the parameters) and tiles of 16 at every batch: the
+  // same operations in the same order, so the same bits.
+  for (auto [env, value] : {std::pair{"ENGINE_TC_GENERIC", "1"}, std::pair{"ENGINE_TC_TILE", "16"}}) {
+    EnvOverride o(env, value);
+    const auto other = testing_support::run_backend(model, "custom", input.data(), n, n, with(engine::Precision::FP16)).at(0);
+    EXPECT_EQ(std::memcmp(whole.data(), other.data(), whole.size() * sizeof(float)), 0) << env << "=" << value;
+  }
+  int start = 0;
+  for (int b : {1, 15, 16, 17, 951}) {
+    const auto part = testing_support::run_backend(model, "custom", input.data() + size_t(start) * 1024, b, 1000,
+                                                   with(engine::Precision::FP16)).at(0);
+    EXPECT_EQ(std::memcmp(part.data(), whole.data() + size_t(start) * units, part.size() * sizeof(float)), 0)
+        << "images " << start << ".." << start + b - 1;
+    start += b;
+  }
+}
+
+// Past 65,535 images (one grid loops over 16-image groups): every output written, the last images
+// the same bits as when run alone.
+TEST(CustomTcChain, HugeBatch) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  if (gpu_test::sanitizer_run()) GTEST_SKIP() << "too slow under compute-sanitizer";
+  const auto model = tc_test::family_model(tc_test::families()[1]);
+  for (const auto& bc : gpu_test::huge_batch_cases()) {
+    const auto input = input_for(model, bc.batch, 7400);
+    const auto all = testing_support::run_backend(model, "custom", input.data(), bc.batch, bc.max_batch,
+                                                  with(engine::Precision::FP16)).at(0);
+    size_t nan = 0;
+    for (float v : all) nan += std::isnan(v);
+    EXPECT_EQ(nan, 0u) << "batch " << bc.batch;
+    const int tail = 37;
+    const size_t units = all.size() / size_t(bc.batch);
+    const auto last = testing_support::run_backend(model, "custom", input.data() + size_t(bc.batch - tail) * 1024,
+                                                   tail, tail, with(engine::Precision::FP16)).at(0);
+    EXPECT_EQ(std::memcmp(last.data(), all.data() + size_t(bc.batch - tail) * units, last.size() * sizeof(float)), 0)
+        << "batch " << bc.batch;
+  }
+}
+
+std::string compile_error(const std::shared_ptr<formats::Model>& model, engine::CompileOptions options) {
+  auto backend = engine::BackendRegistry::instance().create("custom");
+  try {
+    backend->compile(engine::plan_graph(model), options);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A model outside the family, --no-fuse and int8 are refused with the reason.
+TEST(CustomTcChain, Refusals) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  tc_test::Family wide;
+  wide.c1 = 9;
+  std::string why = compile_error(tc_test::family_model(wide), with(engine::Precision::FP16));
+  EXPECT_NE(why.find("LeNet-5 family"), std::string::npos) << why;
+  EXPECT_NE(why.find("node 'c1' (conv2d): 9 output channels; the family's first convolution has at most 8"),
+            std::string::npos) << why;
+  EXPECT_NE(why.find("the cudnn backend computes fp16"), std::string::npos) << why;
+  auto model = testing_support::ModelBuilder("mlp", {1, 32, 32})
+                   .unary("f", OpType::Flatten, "x")
+                   .dense("d", "f", 1024, 10, 3)
+                   .unary("s", OpType::Softmax, "d")
+                   .outputs({"s"})
+                   .build();
+  why = compile_error(model, with(engine::Precision::BF16));
+  EXPECT_NE(why.find("node 'f' (flatten) where the family has a 5x5 convolution (conv2d)"), std::string::npos) << why;
+  engine::CompileOptions no_fuse = with(engine::Precision::FP16);
+  no_fuse.fuse = false;
+  why = compile_error(tc_test::family_model(tc_test::Family{}), no_fuse);
+  EXPECT_NE(why.find("--no-fuse"), std::string::npos) << why;
+  why = compile_error(tc_test::family_model(tc_test::Family{}), with(engine::Precision::INT8));
+  EXPECT_NE(why.find("does not compute int8"), std::string::npos) << why;
+}
+
+// LeNet-5 on MNIST in fp16 and bf16 against fp32 (the reference): >= 99.9 % the same class, max |dp|
+// within 1e-2 (fp16) / 5e-2 (bf16), bitwise the same on a second run; the plan names the path.
+TEST(CustomTcChain, Lenet5OnMnist) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const auto& images = gpu_test::mnist_images();
+  if (images.count == 0) GTEST_SKIP() << gpu_test::mnist_images_path() << " not found";
+  auto model = testing_support::lenet5_model();
+  if (!model) GTEST_SKIP() << "models/lenet5.json not found";
+  const size_t classes = size_t(engine::plan_graph(model).output_elements(0));
+  const auto ref = gpu_test::run_all("reference", model, images, 1024);
+  for (const auto& [p, max_dp] : {std::pair{engine::Precision::FP16, 1e-2}, std::pair{engine::Precision::BF16, 5e-2}}) {
+    SCOPED_TRACE(engine::precision_name(p));
+    std::string summary;
+    const auto got = gpu_test::run_all("custom", model, images, 1024, with(p), &summary);
+    const auto again = gpu_test::run_all("custom", model, images, 1024, with(p));
+    const auto a = gpu_test::agreement(got, ref, classes);
+    EXPECT_EQ(a.nan, 0u);
+    EXPECT_GE(double(a.argmax_same), 0.999 * double(a.samples));
+    EXPECT_LE(a.max_abs, max_dp);
+    EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0) << "not bitwise repeatable";
+    EXPECT_NE(summary.find("path: tensor-core chain"), std::string::npos) << summary;
+    std::cout << "[ measured ] custom " << engine::precision_name(p) << " lenet5: same class " << a.argmax_same
+              << " of " << a.samples << ", max |dp| " << a.max_abs << "\n"
+              << summary << "\n";
+  }
+}
+
+}  // namespace

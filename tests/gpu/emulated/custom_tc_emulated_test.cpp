@@ -1,0 +1,121 @@
+// The tensor-core chain's kernel code (engine/custom/fused/tc_chain.cuh) on emulated warps: built
+// with -DENGINE_TC_EMULATE, each lane is a host thread and ldmatrix, mma.sync and the shuffles are
+// computed from the PTX ISA's fragment layouts (tc_warp.cuh), so the kernel's indexing (pixel orders,
+// pool windows, tiles, pairs of warps, partial groups, padded channels and units) is checked on every
+// machine, GPU or not, against the reference backend's emulation of the same precision. Slow (a few
+// images a second): small batches, one with a partial 16-image group, and two blocks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <thread>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "engine/core/graph.hpp"
+#include "engine/custom/fused/tc_chain.cuh"
+#include "engine/custom/fused/tc_chain_plan.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/test_models.hpp"
+#include "tests/gpu/custom_tc_util.hpp"
+
+namespace {
+
+namespace tc = engine::custom::tc;
+
+// The kernel body of `version` (1 or 2) for n images on `blocks` emulated blocks, one after another.
+template <class T>
+std::vector<float> run_emulated(const tc::TcChainPlan& plan, const std::vector<float>& x, int n, int version,
+                                int blocks, int tile_images) {
+  tc::TcChainParams P = plan.params;
+  P.c1 = plan.c1.data(), P.c1_bias = plan.c1_bias.data();
+  P.c3 = plan.c3.data(), P.c3_bias = plan.c3_bias.data();
+  P.f5 = plan.f5.data(), P.f5_bias = plan.f5_bias.data();
+  P.f6 = plan.f6.data(), P.f6_bias = plan.f6_bias.data();
+  P.f7 = plan.f7.data(), P.f7_bias = plan.f7_bias.data();
+  std::vector<float> y(size_t(n) * size_t(P.units), std::nanf(""));  // poison: every output must be written
+  const int threads = version == 1 ? tc::kSoloWarps * 32 : tc::kPairWarps * 32;
+  std::vector<float4> smem((version == 1 ? tc::kSoloSmemBytes : tc::kPairSmemBytes) / 16);
+  for (int block = 0; block < blocks; ++block) {
+    tc::EmuBlock emu(threads);
+    std::vector<std::thread> pool;
+    for (int tid = 0; tid < threads; ++tid)
+      pool.emplace_back([&, tid] {
+        tc::emu_block = &emu;
+        tc::emu_thread = tid;
+        T* s = reinterpret_cast<T*>(smem.data());
+        if (version == 1) tc::tc_solo_body<T, false, tc::kSigGeneric>(x.data(), P, y.data(), n, s, tid, block, blocks);
+        else if (plan.signature == tc::kSigTanhAvg)
+          tc::tc_pair_body<T, false, tc::kSigTanhAvg>(x.data(), P, y.data(), n, tile_images, s, tid, block, blocks);
+        else if (plan.signature == tc::kSigReluMax)
+          tc::tc_pair_body<T, false, tc::kSigReluMax>(x.data(), P, y.data(), n, tile_images, s, tid, block, blocks);
+        else tc::tc_pair_body<T, false, tc::kSigGeneric>(x.data(), P, y.data(), n, tile_images, s, tid, block, blocks);
+      });
+    for (auto& t : pool) t.join();
+  }
+  return y;
+}
+
+struct Run {
+  engine::Precision precision;
+  int version;
+  int images;
+  int blocks;
+  int tile_images = 16;  // version 2
+};
+
+void expect_matches_reference(const tc_test::Family& f, const Run& run) {
+  const auto model = tc_test::family_model(f);
+  const bool bf16 = run.precision == engine::Precision::BF16;
+  auto planned = tc::plan_tc_chain(engine::plan_graph(model), bf16);
+  ASSERT_TRUE(std::holds_alternative<tc::TcChainPlan>(planned)) << std::get<std::string>(planned);
+  const auto& plan = std::get<tc::TcChainPlan>(planned);
+  const auto x = testing_support::random_floats(size_t(run.images) * 1024, 900 + f.seed, -1.0f, 1.0f);
+  const auto got = bf16 ? run_emulated<__nv_bfloat16>(plan, x, run.images, run.version, run.blocks, run.tile_images)
+                        : run_emulated<__half>(plan, x, run.images, run.version, run.blocks, run.tile_images);
+  engine::CompileOptions options;
+  options.precision = run.precision;
+  const auto ref = testing_support::run_backend(model, "reference", x.data(), run.images, run.images, options).at(0);
+  ASSERT_EQ(got.size(), ref.size());
+  double peak = 0, worst = 0;
+  for (float r : ref) peak = std::max(peak, std::fabs(double(r)));
+  size_t unwritten = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) {
+      ++unwritten;
+      continue;
+    }
+    const double scale = std::max({std::fabs(double(ref[i])), 1e-2 * peak, 1e-6});
+    worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])) / scale);
+  }
+  EXPECT_EQ(unwritten, 0u);
+  // The bounds of the GPU tests (tests/gpu/custom_tc_chain_test.cpp, where they are explained).
+  EXPECT_LE(worst, bf16 ? 1e-1 : 2e-2);
+  std::cout << "[ measured ] emulated tensor-core chain v" << run.version << " " << engine::precision_name(run.precision)
+            << " " << f.name << ", " << run.images << " images: max relative error against the emulation " << worst
+            << "\n";
+}
+
+TEST(CustomTcChainEmulated, Version2Fp16MatchesReferenceEmulation) {
+  for (const auto& f : tc_test::families()) {
+    SCOPED_TRACE(f.name);
+    expect_matches_reference(f, {engine::Precision::FP16, 2, 21, 1});
+  }
+}
+
+TEST(CustomTcChainEmulated, Version2Bf16TwoBlocks) {
+  expect_matches_reference(tc_test::families()[1], {engine::Precision::BF16, 2, 37, 2});
+}
+
+// Tiles of 6 images (what a batch too small for 16 per pair of warps gets): rows 3..7 and 11..15 unused.
+TEST(CustomTcChainEmulated, Version2SmallTiles) {
+  expect_matches_reference(tc_test::families()[0], {engine::Precision::FP16, 2, 17, 1, 6});
+}
+
+TEST(CustomTcChainEmulated, Version1Fp16) {
+  expect_matches_reference(tc_test::families()[2], {engine::Precision::FP16, 1, 19, 1});
+}
+
+}  // namespace
