@@ -34,12 +34,14 @@ def device_label(doc):
 
 
 def series(results, scope, key="images_per_s"):
-    """{(backend, mode): ([batch], [value])} for one scope."""
+    """{(backend, mode): ([batch], [value])} for one scope; a PyTorch run of several dtypes gives one
+    series per dtype, its mode then "graph fp16" (fp32 keeps the plain mode name)."""
     out = {}
     for r in results:
         if r["scope"] != scope:
             continue
-        xs, ys = out.setdefault((r["backend"], r["mode"]), ([], []))
+        mode = r["mode"] if r.get("dtype", "fp32") == "fp32" else f'{r["mode"]} {r["dtype"]}'
+        xs, ys = out.setdefault((r["backend"], mode), ([], []))
         value = r[key] if key in r else r["latency_ms"][key]
         xs.append(r["batch"])
         ys.append(value)
@@ -49,12 +51,20 @@ def series(results, scope, key="images_per_s"):
     return out
 
 
-COLORS = {"cpu": "tab:gray", "custom": "tab:blue", "cudnn": "tab:green", "pytorch": "tab:red"}
+COLORS = {"cpu": "tab:gray", "custom": "tab:blue", "cudnn": "tab:green", "pytorch": "tab:red",
+          "custom fp16": "tab:purple", "custom bf16": "tab:pink", "cudnn fp16": "tab:olive",
+          "cudnn bf16": "tab:cyan", "pytorch fp16": "tab:orange", "pytorch bf16": "tab:brown"}
 
 
-def color(backend, i=0):
+def color(backend, i=0, precision="fp32"):
     import matplotlib.pyplot as plt
+    if precision != "fp32" and f"{backend} {precision}" in COLORS:
+        return COLORS[f"{backend} {precision}"]
     return COLORS.get(backend, plt.rcParams["axes.prop_cycle"].by_key()["color"][i % 10])
+
+
+def precision_of(doc):
+    return doc.get("precision") or "fp32"
 
 
 def torch_label(doc, mode, several):
@@ -79,23 +89,32 @@ def batch_ticks(ax, benches, torch_docs):
 
 def draw_throughput(axes, benches, torch_docs):
     for ax, scope in zip(axes, ("compute", "e2e")):
+        devices = {device_label(d) for d in benches}
+        drawn_ceilings = set()
         for b_i, doc in enumerate(benches):
-            tag = f" [{device_label(doc)}]" if len(benches) > 1 else ""
+            prec = precision_of(doc)
+            tag = f" [{device_label(doc)}]" if len(devices) > 1 else ""
+            name = "" if prec == "fp32" else f" {prec}"
+            same_run = len({precision_of(d) for d in benches}) > 1  # precisions side by side: no fading
             for (backend, mode), (xs, ys) in series(doc["results"], scope).items():
-                ax.plot(xs, ys, marker="o", color=color(backend), linestyle="-" if mode == "plain" else "-.",
-                        label=f"{backend} {mode}{tag}", alpha=1.0 if b_i == 0 else 0.6)
+                ax.plot(xs, ys, marker="o", color=color(backend, b_i, prec), linestyle="-" if mode == "plain" else "-.",
+                        label=f"{backend}{name} {mode}{tag}", alpha=1.0 if b_i == 0 or same_run else 0.6)
+            # The ceiling a file states is the fp32 one (arithmetic at the FMA rate, or memory), which
+            # does not bound tensor-core precisions: drawn once per device, from an fp32 run.
             ceil = doc.get("ceilings", [])
             key = "device_compute_images_per_s" if scope == "compute" else "device_e2e_images_per_s"
             pts = [(c["batch"], c[key]) for c in ceil if c.get(key)]
-            if pts and doc.get("device", {}).get("available"):
-                ax.plot(*zip(*pts), linestyle=":", color="black", label=f"GPU ceiling{tag}")
+            if pts and doc.get("device", {}).get("available") and prec == "fp32" and tag not in drawn_ceilings:
+                drawn_ceilings.add(tag)
+                ax.plot(*zip(*pts), linestyle=":", color="black", label=f"GPU ceiling (fp32){tag}")
             host_pts = [(c["batch"], c["host_images_per_s"]) for c in ceil if c.get("host_images_per_s")]
             if host_pts and any(r["backend"] == "cpu" for r in doc["results"]):
                 ax.plot(*zip(*host_pts), linestyle=":", color="tab:gray", label=f"CPU ceiling{tag}")
         for t_i, doc in enumerate(torch_docs):
             for (backend, mode), (xs, ys) in series(doc["results"], scope).items():
-                ax.plot(xs, ys, marker="s" if t_i == 0 else "^", color=color("pytorch"),
-                        linestyle="--" if mode == "eager" else ":", alpha=1.0 if t_i == 0 else 0.6,
+                dtype = mode.split(" ")[1] if " " in mode else "fp32"
+                ax.plot(xs, ys, marker="s" if t_i == 0 else "^", color=color("pytorch", 0, dtype),
+                        linestyle="--" if mode.startswith("eager") else ":", alpha=1.0 if t_i == 0 else 0.6,
                         label=torch_label(doc, mode, len(torch_docs) > 1))
         batch_ticks(ax, benches, torch_docs)
         ax.set_yscale("log")
@@ -116,9 +135,11 @@ def draw_latency(axes, benches, torch_docs):
             med = series(doc["results"], scope, "median")
             hi = series(doc["results"], scope, top)
             for (backend, mode), (xs, ys) in med.items():
-                c = color(backend)
-                name = torch_label(doc, mode, len(torch_docs) > 1) if is_torch else f"{backend} {mode}"
-                ax.plot(xs, ys, marker="o", color=c, linestyle="-" if mode in ("plain", "eager") else "-.",
+                prec = (mode.split(" ")[1] if " " in mode else "fp32") if is_torch else precision_of(doc)
+                c = color(backend, d_i, prec)
+                name = (torch_label(doc, mode, len(torch_docs) > 1) if is_torch
+                        else f"{backend}{'' if prec == 'fp32' else ' ' + prec} {mode}")
+                ax.plot(xs, ys, marker="o", color=c, linestyle="-" if mode.split(" ")[0] in ("plain", "eager") else "-.",
                         alpha=0.6 if d_i > len(benches) else 1.0, label=f"{name} median")
                 hx, hy = hi[(backend, mode)]
                 ax.plot(hx, hy, color=c, linestyle=":", alpha=0.8, label=f"{name} {top}")

@@ -242,7 +242,10 @@ Ceiling ModelBench::ceiling(bool on_device, int n) const {
   const double N = n;
   if (on_device) {
     if (device_.fma_tflops <= 0) return c;
-    const double arithmetic = cost_.flops * N / (device_.fma_tflops * 1e12);
+    // tf32, fp16, bf16 and int8 run on tensor cores, whose rate this bench does not measure: their
+    // ceiling is the memory time alone (a looser bound than fp32's, where the FMA rate counts).
+    const bool tensor_cores = parse_precision(o_.precision).value_or(Precision::FP32) != Precision::FP32;
+    const double arithmetic = tensor_cores ? 0.0 : cost_.flops * N / (device_.fma_tflops * 1e12);
     const double memory_compute = (cost_.device_bytes_compute() * N + cost_.weight_bytes) / (device_.copy_gbps * 1e9);
     const double memory_e2e = (cost_.device_bytes_e2e() * N + cost_.weight_bytes) / (device_.copy_gbps * 1e9);
     const double link =
@@ -927,6 +930,10 @@ int ModelBench::run() {
         si(1 / std::max(arithmetic, memory)), arithmetic >= memory ? "arithmetic" : "memory", arithmetic * 1e9,
         memory * 1e9, si(1 / (std::max(arithmetic, memory) + link)), link * 1e9,
         si(1 / std::max({arithmetic, memory, link})));
+    if (parse_precision(o_.precision).value_or(Precision::FP32) != Precision::FP32)
+      fmt::print("                (fp32 arithmetic; --precision {} runs on tensor cores, whose rate is not measured "
+                 "here: the ceilings below are the memory time alone)\n",
+                 o_.precision);
   }
   fmt::print("CPU ceiling     {} images/s (all threads at the measured fp32 rate)\n",
              si(1 / (cost_.flops / (host_.fma_gflops_all * 1e9))));
