@@ -417,8 +417,8 @@ class CustomBackend final : public Backend {
     return std::string("op not implemented by the custom backend");
   }
   int preferred_batch() const override { return 65536; }
-  // fp16 and bf16: the tensor-core chain, for the models of its family (compile() says why not).
-  bool supports(Precision p) const override { return p != Precision::INT8; }
+  // fp16, bf16 and int8: the tensor-core chain, for the models of its family (compile() says why not).
+  bool supports(Precision) const override { return true; }
   std::vector<std::string> devices() const override { return gpu::device_descriptions(); }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     require_precision(*this, options);
@@ -438,7 +438,9 @@ class CustomBackend final : public Backend {
  private:
   std::unique_ptr<Executable> compile_here(const Graph& graph, const CompileOptions& options) {
     const fused::DeviceShape device = read_device_shape();
-    if (options.precision == Precision::FP16 || options.precision == Precision::BF16) return compile_tc(graph, options, device);
+    if (options.precision == Precision::FP16 || options.precision == Precision::BF16 ||
+        options.precision == Precision::INT8)
+      return compile_tc(graph, options, device);
     const std::string header = fmt::format(
         "custom: hand-written CUDA kernels on {}; deterministic by construction (fixed summation order, no "
         "atomics){}",
@@ -455,27 +457,32 @@ class CustomBackend final : public Backend {
     return std::make_unique<CustomExecutable>(graph, options, header, not_fused);
   }
 
-  // fp16 / bf16 run only as the tensor-core chain: the per-node kernels compute fp32 and have no
-  // 16-bit variant, so a model outside the chain's family is refused, with the reason.
+  // fp16 / bf16 / int8 run only as the tensor-core chain: the per-node kernels compute fp32 and have
+  // no reduced-precision variant, so a model outside the chain's family is refused, with the reason.
   std::unique_ptr<Executable> compile_tc(const Graph& graph, const CompileOptions& options,
                                          const fused::DeviceShape& device) {
-    const bool bf16 = options.precision == Precision::BF16;
-    const char* type = bf16 ? "bf16" : "fp16";
+    const tc::TcOperands operands = options.precision == Precision::BF16   ? tc::TcOperands::BF16
+                                    : options.precision == Precision::INT8 ? tc::TcOperands::INT8
+                                                                           : tc::TcOperands::FP16;
+    const char* type = precision_name(options.precision);
+    const int smem = operands == tc::TcOperands::INT8 ? tc::kQSmemBytes : tc::kPairSmemBytes;
     if (!options.fuse)
       throw std::invalid_argument(fmt::format(
           "backend 'custom' computes {} only in its fused tensor-core chain, which --no-fuse turns off", type));
-    auto planned = tc::plan_tc_chain(graph, bf16);
-    if (auto* why = std::get_if<std::string>(&planned))
+    auto planned = tc::plan_tc_chain(graph, operands);
+    if (auto* refusal = std::get_if<tc::TcRefusal>(&planned); refusal && refusal->calibration)
+      throw std::invalid_argument(refusal->why);
+    if (auto* refusal = std::get_if<tc::TcRefusal>(&planned))
       throw std::invalid_argument(fmt::format(
           "backend 'custom' computes {} only for the LeNet-5 family of models (two 5x5 convolutions, each with "
           "an optional activation and a 2x2 pool, then three dense layers: engine/custom/fused/tc_chain_params.hpp), and "
           "model '{}' is not of it: {}; the cudnn backend computes {} for any model",
-          type, graph.model->name, *why, type));
-    if (device.shared_optin_bytes < tc::kPairSmemBytes)
+          type, graph.model->name, refusal->why, type));
+    if (device.shared_optin_bytes < smem)
       throw std::invalid_argument(fmt::format(
           "backend 'custom' computes {} in a kernel that needs {} KiB of shared memory per block; this device offers "
           "{} KiB",
-          type, tc::kPairSmemBytes / 1024, device.shared_optin_bytes / 1024));
+          type, smem / 1024, device.shared_optin_bytes / 1024));
     const std::string header = fmt::format(
         "custom: hand-written CUDA kernels on {}; {} on tensor cores; deterministic by construction (fixed summation "
         "order, no atomics)",
@@ -496,8 +503,8 @@ namespace engine {
 void register_custom_backend(BackendRegistry& registry) {
   registry.add(BackendEntry{
       .name = "custom",
-      .summary = "hand-written CUDA kernels (no cuDNN, no cuBLAS): fp32; fp16/bf16 tensor cores for the LeNet-5 "
-                 "family; deterministic",
+      .summary = "hand-written CUDA kernels (no cuDNN, no cuBLAS): fp32; fp16/bf16/int8 tensor cores for the "
+                 "LeNet-5 family; deterministic",
       .priority = 20,
       .unavailable_reason = [] { return gpu::no_gpu_reason(); },
       .create = [] { return custom::make_custom_backend(); },

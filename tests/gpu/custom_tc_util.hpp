@@ -2,10 +2,15 @@
 // Members of the tensor-core chain's family (engine/custom/fused/tc_chain_params.hpp) built in code:
 // any channel and unit counts within its limits, any activations and pools, with or without the
 // softmax; float32 input [1, 32, 32] or uint8 [1, 28, 28] padded by 2, as LeNet-5's.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 
 namespace tc_test {
@@ -98,6 +103,42 @@ inline std::vector<Family> families() {
   c.seed = 61;
   v.push_back(c);
   return v;
+}
+
+// The model with a calibration of `n` samples of `input` (raw: floats, or uint8 bytes), as engine
+// calibrate's max method computes it: every node's largest |value| on the reference backend, and the
+// preprocessed input's.
+inline std::shared_ptr<formats::Model> calibrated(const std::shared_ptr<formats::Model>& model, const void* input,
+                                                  int n) {
+  auto probe = std::make_shared<formats::Model>(*model);
+  probe->outputs.clear();
+  for (const auto& node : model->nodes) probe->outputs.push_back(node.name);
+  const auto values = testing_support::run_backend(probe, "reference", input, n, n);
+  formats::Calibration cal;
+  cal.method = "max";
+  cal.images = n;
+  cal.data = "tests";
+  const size_t raw = size_t(formats::element_count(model->input.raw_shape)) * size_t(n);
+  double in_hi = 0;
+  if (model->input.dtype == formats::InputDType::UInt8) {
+    const auto& p = *model->input.preprocess;
+    const auto* bytes = static_cast<const uint8_t*>(input);
+    in_hi = std::fabs(p.pad_value);
+    for (size_t i = 0; i < raw; ++i)
+      in_hi = std::max(in_hi, std::fabs((double(bytes[i]) * p.scale - p.mean[0]) / p.std[0]));
+  } else {
+    const auto* f = static_cast<const float*>(input);
+    for (size_t i = 0; i < raw; ++i) in_hi = std::max(in_hi, std::fabs(double(f[i])));
+  }
+  cal.ranges.push_back({model->input.name, in_hi});
+  for (size_t k = 0; k < values.size(); ++k) {
+    double hi = 0;
+    for (float v : values[k]) hi = std::max(hi, std::fabs(double(v)));
+    cal.ranges.push_back({model->nodes[k].name, hi});
+  }
+  auto out = std::make_shared<formats::Model>(*model);
+  out->calibration = cal;
+  return out;
 }
 
 }  // namespace tc_test

@@ -2,6 +2,7 @@
 // layouts: tc_chain_params.hpp). One persistent block per SM: the dense weights fill most of its
 // shared memory.
 #include "engine/custom/fused/tc_chain.cuh"
+#include "engine/custom/fused/tc_int8_chain.cuh"
 #include "engine/custom/fused/tc_chain_launch.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
@@ -49,7 +50,49 @@ Kernel pick(const TcKernelChoice& c) {
   return c.fast_tanh ? pick_pair<__half, true>(c.signature) : pick_pair<__half, false>(c.signature);
 }
 
+template <bool kFast, int kSig>
+__global__ void __launch_bounds__(kQPairs * 64, 1)
+    tc_int8_kernel(const float* __restrict__ x, const __grid_constant__ TcInt8Params P, float* __restrict__ y, int n,
+                   int tile_images) {
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  tc_int8_body<kFast, kSig>(x, P, y, n, tile_images, reinterpret_cast<int8_t*>(smem_bytes), int(threadIdx.x),
+                            int(blockIdx.x), int(gridDim.x));
+}
+
+using QKernel = void (*)(const float*, const TcInt8Params, float*, int, int);
+
+template <bool kFast>
+QKernel pick_int8_sig(int signature) {
+  switch (signature) {
+    case kSigTanhAvg: return tc_int8_kernel<kFast, kSigTanhAvg>;
+    case kSigReluMax: return tc_int8_kernel<kFast, kSigReluMax>;
+    default: return tc_int8_kernel<kFast, kSigGeneric>;
+  }
+}
+
+QKernel pick_int8(const TcKernelChoice& c) {
+  return c.fast_tanh ? pick_int8_sig<true>(c.signature) : pick_int8_sig<false>(c.signature);
+}
+
 }  // namespace
+
+int tc_int8_prepare(const TcKernelChoice& c, const char* context) {
+  const QKernel k = pick_int8(c);
+  CUDA_CHECK_CTX(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kQSmemBytes), context);
+  int blocks = 0;
+  CUDA_CHECK_CTX(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, kQPairs * 64, kQSmemBytes), context);
+  return blocks;
+}
+
+void tc_int8_forward(const TcKernelChoice& c, const TcInt8Params& p, const float* x, float* y, int n, int blocks,
+                     cudaStream_t stream, const char* context) {
+  if (n <= 0) return;
+  const int tile = tc_chain_tile_images(c, n, blocks);
+  const int64_t needed = ((int64_t(n) + tile - 1) / tile + kQPairs - 1) / kQPairs;
+  const int grid = needed < blocks ? int(needed) : blocks;
+  pick_int8(c)<<<grid, kQPairs * 64, size_t(kQSmemBytes), stream>>>(x, p, y, n, tile);
+  CUDA_CHECK_LAUNCH(context);
+}
 
 int tc_chain_threads(const TcKernelChoice& c) { return c.version == 1 ? kSoloWarps * 32 : kPairWarps * 32; }
 int tc_chain_smem_bytes(const TcKernelChoice& c) { return c.version == 1 ? kSoloSmemBytes : kPairSmemBytes; }

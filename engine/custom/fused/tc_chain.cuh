@@ -73,14 +73,14 @@ __host__ __device__ __forceinline__ float pool_window(float a, float b, bool lef
 
 // The activation and pool of each layer: fixed at compile time for the signatures the plan
 // recognises (the branches in the epilogues fold away), read from the parameters otherwise.
-template <int kSig>
-__host__ __device__ __forceinline__ int layer_act(const TcChainParams& P, int layer) {
+template <int kSig, class Params>
+__host__ __device__ __forceinline__ int layer_act(const Params& P, int layer) {
   if constexpr (kSig == kSigTanhAvg) return layer == 4 ? int(TcAct::None) : int(TcAct::Tanh);
   else if constexpr (kSig == kSigReluMax) return layer == 4 ? int(TcAct::None) : int(TcAct::Relu);
   else return P.act[layer];
 }
-template <int kSig>
-__host__ __device__ __forceinline__ int layer_pool_max(const TcChainParams& P, int pool) {
+template <int kSig, class Params>
+__host__ __device__ __forceinline__ int layer_pool_max(const Params& P, int pool) {
   if constexpr (kSig == kSigTanhAvg) return 0;
   else if constexpr (kSig == kSigReluMax) return 1;
   else return P.pool_max[pool];
@@ -242,9 +242,9 @@ __host__ __device__ __forceinline__ void conv_c3(const T* c3in, T* row, const Co
 // The last layer's epilogue: image g's units 2t, 2t+1 (lo[0..1]) and 8+2t, 9+2t (hi[0..1]), image
 // g + 8's in lo[2..3], hi[2..3]; the quad of lanes t = 0..3 holds an image's 16 units. Activation,
 // then the softmax over the first `units` (or the values themselves), to y [n][units].
-template <bool kFast>
+template <bool kFast, bool kBias = true, class Params>
 __host__ __device__ __forceinline__ void last_layer_out(const float (&lo)[4], const float (&hi)[4],
-                                                        const float* __restrict__ bias, int act, const TcChainParams& P,
+                                                        const float* __restrict__ bias, int act, const Params& P,
                                                         float* __restrict__ y, int group_base, int half_rows, int n,
                                                         int lane) {
   const int g = lane / 4, t = lane % 4;
@@ -252,7 +252,10 @@ __host__ __device__ __forceinline__ void last_layer_out(const float (&lo)[4], co
   const int u[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float v[4] = {lo[2 * h] + bias[u[0]], lo[2 * h + 1] + bias[u[1]], hi[2 * h] + bias[u[2]], hi[2 * h + 1] + bias[u[3]]};
+    float v[4] = {lo[2 * h], lo[2 * h + 1], hi[2 * h], hi[2 * h + 1]};  // kBias: + the bias (else included)
+    if constexpr (kBias) {
+      v[0] += bias[u[0]], v[1] += bias[u[1]], v[2] += bias[u[2]], v[3] += bias[u[3]];
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = activate<kFast>(v[i], act);
     float e[4] = {v[0], v[1], v[2], v[3]};

@@ -25,5 +25,9 @@ int tc_chain_prepare(const TcKernelChoice& c, const char* context);
 // at most.
 void tc_chain_forward(const TcKernelChoice& c, const TcChainParams& p, const float* x, float* y, int n, int blocks,
                       cudaStream_t stream, const char* context);
+// The int8 chain (c.bf16 and c.version unused: one version, kQPairs pairs of warps, kQSmemBytes).
+int tc_int8_prepare(const TcKernelChoice& c, const char* context);
+void tc_int8_forward(const TcKernelChoice& c, const TcInt8Params& p, const float* x, float* y, int n, int blocks,
+                     cudaStream_t stream, const char* context);
 
 }  // namespace engine::custom::tc

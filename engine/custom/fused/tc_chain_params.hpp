@@ -73,4 +73,56 @@ struct TcChainParams {
   int softmax = 1;           // 1: the output is the softmax of the last layer's (activated) values
 };
 
+// int8 (--precision int8; the same family, with the model's calibration): the operands int8, sums
+// int32 (exact) on mma.sync m16n8k32, as the reference's emulation defines it (engine/reference/
+// reduced_precision.hpp): each conv and dense reads its input quantized per tensor, q = clamp(rne(x /
+// s), -127, 127) with s = the calibrated range / 127 (the kernel multiplies by 1 / s, as TensorRT's
+// scales do: a value within ~1 ulp of a rounding boundary may land one step from the reference's), and
+// its weights quantized per output channel; the sum times s * s_o plus the bias (one fma), then
+// activation, pooling and softmax in fp32. Layouts in bytes:
+inline constexpr int kQC1Pitch = 48;          // c1 weights [8][48]: 32 taps (25 real)
+inline constexpr int kQC3TapCols = 6;         // c3's taps ky * 6 + kx: pairs of taps adjacent in x share a 16-byte row
+inline constexpr int kQC3KTiles = 8;          // K = 32 taps x 8 channels = 256 (taps with kx or ky = 5: zero weights)
+inline constexpr int kQC3Pitch = 272;         // c3 weights [16][272]
+inline constexpr int kQC3InRows = 15, kQC3InCols = 16;  // c3's input [15][16][8]: the zero-weight taps stay inside
+inline constexpr int kQF5KTiles = 13, kQF5Pitch = 432;  // f5: K 400 -> 416
+inline constexpr int kQF6KTiles = 4, kQF6Pitch = 144;   // f6: K <= 128
+inline constexpr int kQF7KTiles = 3, kQF7Pitch = 112;   // f7: K <= 96 (every pitch an odd number of 16-byte units)
+inline constexpr int kQSmemF5 = 0;
+inline constexpr int kQSmemF6 = kQSmemF5 + kF5N * kQF5Pitch;
+inline constexpr int kQSmemF7 = kQSmemF6 + kF6N * kQF6Pitch;
+inline constexpr int kQSmemWarp0 = kQSmemF7 + kF7N * kQF7Pitch;  // 70,912
+// c3's input twice: ldmatrix rows must start 16-byte aligned, and a pixel's 8 channels are 8 bytes,
+// so a lane whose pixel column is odd reads a second copy stored 8 bytes further (both written by c1).
+inline constexpr int kQC3InBytes = kQC3InRows * kQC3InCols * kC3Ch;  // 1,920
+inline constexpr int kQC3InBuf = 2 * kQC3InBytes + 16;               // the two copies (the second at +8)
+inline constexpr int kQPairBytes = 16 * kQF5Pitch + 2 * (kQC3InBuf + kIn * kIn);
+inline constexpr int kQPairs = 4;
+inline constexpr int kQSmemBytes = kQSmemWarp0 + kQPairs * kQPairBytes;  // 137,600
+
+struct TcInt8Params {
+  const void* c1 = nullptr;  // int8 [8][kQC1Pitch]
+  const void* c3 = nullptr;  // int8 [16][kQC3Pitch]: channel, k = (ky * 6 + kx) * 8 + input channel
+  const void* f5 = nullptr;  // int8 [128][kQF5Pitch]
+  const void* f6 = nullptr;  // int8 [96][kQF6Pitch]
+  const void* f7 = nullptr;  // int8 [16][kQF7Pitch]
+  // Per output channel or unit: s_in * s_o (the sum's scale), and the bias; padded with zeros.
+  const float* c1_scale = nullptr;  // [8]
+  const float* c1_bias = nullptr;
+  const float* c3_scale = nullptr;  // [16]
+  const float* c3_bias = nullptr;
+  const float* f5_scale = nullptr;  // [128]
+  const float* f5_bias = nullptr;
+  const float* f6_scale = nullptr;  // [96]
+  const float* f6_bias = nullptr;
+  const float* f7_scale = nullptr;  // [16]
+  const float* f7_bias = nullptr;
+  float in_scale[5] = {};    // s of the inputs of c1, c3, f5, f6, f7 (range / 127)
+  float in_inv[5] = {};      // 1 / s (0 where s is 0: q = 0, as the reference's), what the kernel multiplies by
+  int act[5] = {};           // as TcChainParams
+  int pool_max[2] = {};
+  int units = 10;
+  int softmax = 1;
+};
+
 }  // namespace engine::custom::tc

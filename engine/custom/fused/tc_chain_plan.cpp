@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <array>
 #include <optional>
 
 namespace engine::custom::tc {
@@ -15,6 +16,7 @@ using formats::OpType;
 
 struct NotOfFamily {
   std::string why;
+  bool calibration = false;
 };
 
 uint16_t bits16(float v, bool bf16) {
@@ -79,9 +81,12 @@ class Matcher {
       throw NotOfFamily{fmt::format("the graph ends where the family has {} ({})", role, formats::op_name(op))};
     const formats::Node& n = *chain_[at_]->node;
     if (n.op != op) throw NotOfFamily{fmt::format("{} where the family has {} ({})", node_text(n), role, formats::op_name(op))};
+    last_ = chain_[at_];
     ++at_;
     return n;
   }
+  // The value the node matched last reads.
+  int last_input() const { return last_->inputs.at(0); }
   const formats::Node& expect_pool(const char* role, int& pool_max) {
     if (at_ < chain_.size() && chain_[at_]->node->op == OpType::MaxPool) {
       pool_max = 1;
@@ -113,6 +118,7 @@ class Matcher {
 
  private:
   std::vector<const PlannedNode*> chain_;
+  const PlannedNode* last_ = nullptr;
   size_t at_ = 0;
 };
 
@@ -148,13 +154,113 @@ void pack_dense(const formats::Node& n, int in, int max_in, int max_units, int p
   }
 }
 
+// int8: the calibrated range of a value as the reference's emulation finds it (its own name, else
+// the value it aliases: a flatten's source), as the scale s = range / 127.
+float input_scale(const Graph& g, int value, const formats::Node& reader) {
+  const formats::Model& model = *g.model;
+  for (int v = value; v >= 0; v = g.value(v).alias_of)
+    for (const auto& [name, r] : model.calibration->ranges)
+      if (name == g.value(v).name) return float(r) / 127.0f;
+  throw NotOfFamily{fmt::format("model '{}': its calibration has no range for '{}', the input of {}: calibrate the "
+                                "model again (engine calibrate)",
+                                model.name, g.value(value).name, node_text(reader)),
+                    true};
+}
+
+// Weights [rows][per_row] quantized per row as the reference's quantize_per_channel (s = max |w| /
+// 127, q = clamp(rne(w / s), -127, 127), 0 where s is 0): q into dst[row * pitch + place(i)], s out.
+template <class Place>
+std::vector<float> quantize_rows(const std::vector<float>& w, int rows, int per_row, int8_t* dst, int pitch,
+                                 Place place) {
+  std::vector<float> scales(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    float hi = 0;
+    for (int i = 0; i < per_row; ++i) hi = std::fmax(hi, std::fabs(w[size_t(r) * per_row + i]));
+    const float s = hi / 127.0f;
+    scales[size_t(r)] = s;
+    for (int i = 0; i < per_row; ++i) {
+      const float q = s == 0.0f ? 0.0f : std::fmax(-127.0f, std::fmin(127.0f, std::nearbyint(w[size_t(r) * per_row + i] / s)));
+      dst[size_t(r) * pitch + size_t(place(i))] = int8_t(q);
+    }
+  }
+  return scales;
+}
+
+void check_finite(const formats::Node& n) {
+  for (const auto* t : {&n.weight, &n.bias})
+    if (*t)
+      for (float v : (*t)->values)
+        if (!std::isfinite(v)) throw NotOfFamily{fmt::format("{}: a parameter is not finite", node_text(n))};
+}
+
+// The int8 plan: per-tensor input scales from the calibration, weights quantized per output channel
+// into the byte layouts of tc_chain_params.hpp, each channel's sum scale s_in * s_o.
+void plan_int8(const Graph& g, const int (&reads)[5], std::array<const formats::Node*, 5> nodes, TcChainPlan& plan) {
+  const formats::Node &c1 = *nodes[0], &c3 = *nodes[1], &f5 = *nodes[2], &f6 = *nodes[3], &f7 = *nodes[4];
+  TcInt8Params& Q = plan.qparams;
+  for (int l = 0; l < 5; ++l) {
+    check_finite(*nodes[size_t(l)]);
+    Q.in_scale[l] = input_scale(g, reads[l], *nodes[size_t(l)]);
+    Q.in_inv[l] = Q.in_scale[l] > 0.0f ? 1.0f / Q.in_scale[l] : 0.0f;
+  }
+  const int C1 = c1.out_channels, C3 = c3.out_channels;
+  auto bias_of = [](const formats::Node& n, int rows, int padded) {
+    std::vector<float> b(size_t(padded), 0.0f);
+    if (n.bias)
+      for (int r = 0; r < rows; ++r) b[size_t(r)] = n.bias->values[size_t(r)];
+    return b;
+  };
+  auto sum_scales = [](std::vector<float> s_o, float s_in, int padded) {
+    for (float& s : s_o) s *= s_in;
+    s_o.resize(size_t(padded), 0.0f);
+    return s_o;
+  };
+  // c1: [8][kQC1Pitch], tap = ky * 5 + kx.
+  plan.q_c1.assign(size_t(kC1Out) * kQC1Pitch, 0);
+  plan.c1_scale = sum_scales(quantize_rows(c1.weight->values, C1, 25, plan.q_c1.data(), kQC1Pitch, [](int i) { return i; }),
+                             Q.in_scale[0], kC1Out);
+  plan.c1_bias = bias_of(c1, C1, kC1Out);
+  // c3: [16][kQC3Pitch], k = (ky * 6 + kx) * 8 + channel.
+  plan.q_c3.assign(size_t(kC3Out) * kQC3Pitch, 0);
+  plan.c3_scale = sum_scales(quantize_rows(c3.weight->values, C3, C1 * 25, plan.q_c3.data(), kQC3Pitch,
+                                           [](int i) {
+                                             const int c = i / 25, tap = i % 25;
+                                             return ((tap / 5) * kQC3TapCols + tap % 5) * kC3Ch + c;
+                                           }),
+                             Q.in_scale[1], kC3Out);
+  plan.c3_bias = bias_of(c3, C3, kC3Out);
+  // The dense layers, [padded units][pitch], k as the model's.
+  auto dense = [&](const formats::Node& n, int in, int max_in, int max_units, int pitch, float s_in,
+                   std::vector<int8_t>& w, std::vector<float>& scale, std::vector<float>& b) {
+    if (n.units > max_units)
+      throw NotOfFamily{fmt::format("{}: {} units; the family's layer has at most {}", node_text(n), n.units, max_units)};
+    if (in > max_in)
+      throw NotOfFamily{fmt::format("{}: {} inputs; the family's layer has at most {}", node_text(n), in, max_in)};
+    w.assign(size_t(max_units) * size_t(pitch), 0);
+    scale = sum_scales(quantize_rows(n.weight->values, n.units, in, w.data(), pitch, [](int i) { return i; }), s_in,
+                       max_units);
+    b = bias_of(n, n.units, max_units);
+  };
+  dense(f5, C3 * 25, kF5K, kF5N, kQF5Pitch, Q.in_scale[2], plan.q_f5, plan.f5_scale, plan.f5_bias);
+  dense(f6, f5.units, kF6K, kF6N, kQF6Pitch, Q.in_scale[3], plan.q_f6, plan.f6_scale, plan.f6_bias);
+  dense(f7, f6.units, kF7K, kF7N, kQF7Pitch, Q.in_scale[4], plan.q_f7, plan.f7_scale, plan.f7_bias);
+  for (int i = 0; i < 5; ++i) Q.act[i] = plan.params.act[i];
+  Q.pool_max[0] = plan.params.pool_max[0];
+  Q.pool_max[1] = plan.params.pool_max[1];
+  Q.units = plan.params.units;
+  Q.softmax = plan.params.softmax;
+}
+
 }  // namespace
 
-std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& g, bool bf16) {
+std::variant<TcChainPlan, TcRefusal> plan_tc_chain(const Graph& g, TcOperands operands) {
+  const bool bf16 = operands == TcOperands::BF16;
   try {
     TcChainPlan plan;
     plan.bf16 = bf16;
+    plan.int8 = operands == TcOperands::INT8;
     TcChainParams& P = plan.params;
+    int reads[5];  // the value each conv / dense reads
     Matcher m(chain_of(g));
     const Value& input = g.value(g.input);
     if (input.shape != formats::Shape{1, kIn, kIn})
@@ -162,6 +268,7 @@ std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& g, bool bf16) 
                                     formats::shape_to_string(input.shape))};
     // c1
     const formats::Node& c1 = m.expect(OpType::Conv2D, "a 5x5 convolution");
+    reads[0] = m.last_input();
     check_window(c1, 5, 1);
     const int C1 = c1.out_channels;
     if (C1 > kC1Out)
@@ -172,6 +279,7 @@ std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& g, bool bf16) 
     check_window(p1, 2, 2);
     // c3
     const formats::Node& c3 = m.expect(OpType::Conv2D, "a 5x5 convolution");
+    reads[1] = m.last_input();
     check_window(c3, 5, 1);
     const int C3 = c3.out_channels;
     if (C3 > kC3Out)
@@ -183,10 +291,13 @@ std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& g, bool bf16) 
     m.expect(OpType::Flatten, "flatten");
     // The dense layers
     const formats::Node& f5 = m.expect(OpType::Dense, "a dense layer");
+    reads[2] = m.last_input();
     P.act[2] = m.optional_act();
     const formats::Node& f6 = m.expect(OpType::Dense, "a dense layer");
+    reads[3] = m.last_input();
     P.act[3] = m.optional_act();
     const formats::Node& f7 = m.expect(OpType::Dense, "a dense layer");
+    reads[4] = m.last_input();
     P.act[4] = m.optional_act();
     P.softmax = m.optional(OpType::Softmax) ? 1 : 0;
     m.expect_end();
@@ -197,6 +308,14 @@ std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& g, bool bf16) 
     };
     plan.signature = all(TcAct::Tanh, 0) ? kSigTanhAvg : all(TcAct::Relu, 1) ? kSigReluMax : kSigGeneric;
 
+    if (plan.int8) {
+      if (!g.model->calibration)
+        throw NotOfFamily{fmt::format("model '{}' has no calibration data, which int8 needs: run engine calibrate "
+                                      "MODEL DATA -o OUT.json first",
+                                      g.model->name),
+                          true};
+      plan_int8(g, reads, {&c1, &c3, &f5, &f6, &f7}, plan);
+    } else {
     // c1: [8][kC1Pitch], tap = ky * 5 + kx (one input channel).
     plan.c1.assign(size_t(kC1Out) * kC1Pitch, bits16(0.0f, bf16));
     plan.c1_bias.assign(kC1Out, 0.0f);
@@ -220,6 +339,7 @@ std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& g, bool bf16) 
     pack_dense(f5, C3 * 25, kF5K, kF5N, kTilePitch, bf16, plan.f5, plan.f5_bias);
     pack_dense(f6, f5.units, kF6K, kF6N, kF6Pitch, bf16, plan.f6, plan.f6_bias);
     pack_dense(f7, f6.units, kF7K, kF7N, kF7Pitch, bf16, plan.f7, plan.f7_bias);
+    }
 
     for (size_t i = 0; i < g.nodes.size(); ++i) plan.nodes.push_back(int(i));
     plan.input_value = g.input;
@@ -232,7 +352,7 @@ std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& g, bool bf16) 
         P.softmax ? " + softmax" : "");
     return plan;
   } catch (const NotOfFamily& e) {
-    return e.why;
+    return TcRefusal{e.why, e.calibration};
   }
 }
 

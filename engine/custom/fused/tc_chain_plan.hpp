@@ -12,8 +12,14 @@
 
 namespace engine::custom::tc {
 
+enum class TcOperands { FP16, BF16, INT8 };
+
 struct TcChainPlan {
   bool bf16 = false;
+  bool int8 = false;  // then qparams and the q_* weights, not params' pointers and the 16-bit ones
+  TcInt8Params qparams;
+  std::vector<int8_t> q_c1, q_c3, q_f5, q_f6, q_f7;          // tc_chain_params.hpp's int8 layouts
+  std::vector<float> c1_scale, c3_scale, f5_scale, f6_scale, f7_scale;  // per channel: s_in * s_o
   int signature = kSigGeneric;  // kSigTanhAvg / kSigReluMax when the activations and pools are those
   TcChainParams params;  // the device pointers are set when the weights are uploaded
   // 16-bit elements (fp16 or bf16 bits): c1 [8][kC1Pitch], c3 [16][kC3Pitch], f5 [128][kTilePitch],
@@ -25,7 +31,14 @@ struct TcChainPlan {
   std::string layers;  // "conv 5x5 1->6 + tanh + avgpool, ..., dense 84->10 + softmax"
 };
 
-// The plan, or why the graph is not of the family (one line naming the node and the limit).
-std::variant<TcChainPlan, std::string> plan_tc_chain(const Graph& graph, bool bf16);
+// Why a graph gets no plan: it is not of the family (one line naming the node and the limit), or
+// (int8) its calibration lacks what the quantization needs.
+struct TcRefusal {
+  std::string why;
+  bool calibration = false;  // the model is of the family; its calibration is missing or incomplete
+};
+
+// The plan, or the refusal; int8 needs the model's calibration (a range for each conv and dense input).
+std::variant<TcChainPlan, TcRefusal> plan_tc_chain(const Graph& graph, TcOperands operands);
 
 }  // namespace engine::custom::tc

@@ -16,6 +16,9 @@
 #include <type_traits>
 #if defined(ENGINE_TC_EMULATE) && !defined(__CUDA_ARCH__)
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #endif
 
@@ -111,7 +114,9 @@ struct Operand<__nv_bfloat16> {
 #endif
 };
 
-// Four 8x8 matrices of 16-bit elements from shared memory: lanes 8q..8q+7 give matrix q's rows.
+// Four 8x8 matrices of 16-bit elements (or 8x16 of 8-bit ones) from shared memory: lanes 8q..8q+7 give
+// matrix q's rows (16 bytes each); a lane receives 4 bytes of each matrix: row lane / 4, bytes
+// 4 (lane % 4) .. + 3.
 template <class T>
 __host__ __device__ __forceinline__ void ldmatrix_x4(const T* p, unsigned& r0, unsigned& r1, unsigned& r2,
                                                      unsigned& r3) {
@@ -122,11 +127,15 @@ __host__ __device__ __forceinline__ void ldmatrix_x4(const T* p, unsigned& r0, u
 #elif defined(ENGINE_TC_EMULATE)
   EmuWarp& w = emu_warp();
   const int lane = emu_lane();
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {  // the instruction needs 16-byte aligned rows
+    std::fprintf(stderr, "ldmatrix: lane %d's row address %p is not 16-byte aligned\n", lane, static_cast<const void*>(p));
+    std::abort();
+  }
   w.addr[lane] = p;
   w.bar.wait();
   unsigned r[4];
   for (int q = 0; q < 4; ++q)  // this lane gets row lane / 4 of matrix q, elements 2 (lane % 4), + 1
-    std::memcpy(&r[q], static_cast<const T*>(w.addr[8 * q + lane / 4]) + 2 * (lane % 4), 4);
+    std::memcpy(&r[q], static_cast<const char*>(w.addr[8 * q + lane / 4]) + 4 * (lane % 4), 4);
   w.bar.wait();
   r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
 #endif
@@ -172,6 +181,46 @@ __host__ __device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, u
     const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
     float s = d[i];
     for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    d[i] = s;
+  }
+#endif
+}
+
+// d += A (16x32 int8, row) * B (32x8 int8, col), sums in int32 (exact). A lane holds A's row g, k
+// 4t..4t+3 (a0), row g + 8 (a1), and k 16 + 4t.. (a2, a3); B's k 4t..4t+3 (b0) and 16 + 4t.. (b1) of
+// column g; each register's lowest byte is the lowest k. D as the fp32 shape's.
+__host__ __device__ __forceinline__ void mma_16832_s8(int (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                      unsigned b0, unsigned b1) {
+#ifdef __CUDA_ARCH__
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#elif defined(ENGINE_TC_EMULATE)
+  EmuWarp& w = emu_warp();
+  const int lane = emu_lane();
+  w.a[lane][0] = a0, w.a[lane][1] = a1, w.a[lane][2] = a2, w.a[lane][3] = a3;
+  w.b[lane][0] = b0, w.b[lane][1] = b1;
+  w.bar.wait();
+  int A[16][32], B[32][8];
+  auto byte = [](unsigned word, int i) { return int(static_cast<signed char>((word >> (8 * i)) & 0xffu)); };
+  for (int L = 0; L < 32; ++L) {
+    const int g = L / 4, t = L % 4;
+    for (int e = 0; e < 4; ++e) {
+      A[g][4 * t + e] = byte(w.a[L][0], e);
+      A[g + 8][4 * t + e] = byte(w.a[L][1], e);
+      A[g][16 + 4 * t + e] = byte(w.a[L][2], e);
+      A[g + 8][16 + 4 * t + e] = byte(w.a[L][3], e);
+      B[4 * t + e][g] = byte(w.b[L][0], e);
+      B[16 + 4 * t + e][g] = byte(w.b[L][1], e);
+    }
+  }
+  w.bar.wait();
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    int s = d[i];
+    for (int k = 0; k < 32; ++k) s += A[row][k] * B[k][col];
     d[i] = s;
   }
 #endif

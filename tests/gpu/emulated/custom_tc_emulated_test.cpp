@@ -16,6 +16,7 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/custom/fused/tc_chain.cuh"
+#include "engine/custom/fused/tc_int8_chain.cuh"
 #include "engine/custom/fused/tc_chain_plan.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/test_models.hpp"
@@ -58,6 +59,37 @@ std::vector<float> run_emulated(const tc::TcChainPlan& plan, const std::vector<f
   return y;
 }
 
+// The int8 body for n images on `blocks` emulated blocks.
+std::vector<float> run_emulated_int8(const tc::TcChainPlan& plan, const std::vector<float>& x, int n, int blocks,
+                                     int tile_images) {
+  tc::TcInt8Params Q = plan.qparams;
+  Q.c1 = plan.q_c1.data(), Q.c3 = plan.q_c3.data(), Q.f5 = plan.q_f5.data(), Q.f6 = plan.q_f6.data();
+  Q.f7 = plan.q_f7.data();
+  Q.c1_scale = plan.c1_scale.data(), Q.c1_bias = plan.c1_bias.data();
+  Q.c3_scale = plan.c3_scale.data(), Q.c3_bias = plan.c3_bias.data();
+  Q.f5_scale = plan.f5_scale.data(), Q.f5_bias = plan.f5_bias.data();
+  Q.f6_scale = plan.f6_scale.data(), Q.f6_bias = plan.f6_bias.data();
+  Q.f7_scale = plan.f7_scale.data(), Q.f7_bias = plan.f7_bias.data();
+  std::vector<float> y(size_t(n) * size_t(Q.units), std::nanf(""));
+  const int threads = tc::kQPairs * 64;
+  std::vector<float4> smem(tc::kQSmemBytes / 16);
+  for (int block = 0; block < blocks; ++block) {
+    tc::EmuBlock emu(threads);
+    std::vector<std::thread> pool;
+    for (int tid = 0; tid < threads; ++tid)
+      pool.emplace_back([&, tid] {
+        tc::emu_block = &emu;
+        tc::emu_thread = tid;
+        int8_t* s = reinterpret_cast<int8_t*>(smem.data());
+        if (plan.signature == tc::kSigTanhAvg)
+          tc::tc_int8_body<false, tc::kSigTanhAvg>(x.data(), Q, y.data(), n, tile_images, s, tid, block, blocks);
+        else tc::tc_int8_body<false, tc::kSigGeneric>(x.data(), Q, y.data(), n, tile_images, s, tid, block, blocks);
+      });
+    for (auto& t : pool) t.join();
+  }
+  return y;
+}
+
 struct Run {
   engine::Precision precision;
   int version;
@@ -67,14 +99,18 @@ struct Run {
 };
 
 void expect_matches_reference(const tc_test::Family& f, const Run& run) {
-  const auto model = tc_test::family_model(f);
-  const bool bf16 = run.precision == engine::Precision::BF16;
-  auto planned = tc::plan_tc_chain(engine::plan_graph(model), bf16);
-  ASSERT_TRUE(std::holds_alternative<tc::TcChainPlan>(planned)) << std::get<std::string>(planned);
-  const auto& plan = std::get<tc::TcChainPlan>(planned);
+  const bool bf16 = run.precision == engine::Precision::BF16, int8 = run.precision == engine::Precision::INT8;
   const auto x = testing_support::random_floats(size_t(run.images) * 1024, 900 + f.seed, -1.0f, 1.0f);
-  const auto got = bf16 ? run_emulated<__nv_bfloat16>(plan, x, run.images, run.version, run.blocks, run.tile_images)
-                        : run_emulated<__half>(plan, x, run.images, run.version, run.blocks, run.tile_images);
+  auto model = tc_test::family_model(f);
+  if (int8) model = tc_test::calibrated(model, x.data(), run.images);
+  auto planned = tc::plan_tc_chain(engine::plan_graph(model), int8   ? tc::TcOperands::INT8
+                                                              : bf16 ? tc::TcOperands::BF16
+                                                                     : tc::TcOperands::FP16);
+  ASSERT_TRUE(std::holds_alternative<tc::TcChainPlan>(planned)) << std::get<tc::TcRefusal>(planned).why;
+  const auto& plan = std::get<tc::TcChainPlan>(planned);
+  const auto got = int8   ? run_emulated_int8(plan, x, run.images, run.blocks, run.tile_images)
+                   : bf16 ? run_emulated<__nv_bfloat16>(plan, x, run.images, run.version, run.blocks, run.tile_images)
+                          : run_emulated<__half>(plan, x, run.images, run.version, run.blocks, run.tile_images);
   engine::CompileOptions options;
   options.precision = run.precision;
   const auto ref = testing_support::run_backend(model, "reference", x.data(), run.images, run.images, options).at(0);
@@ -92,7 +128,10 @@ void expect_matches_reference(const tc_test::Family& f, const Run& run) {
   }
   EXPECT_EQ(unwritten, 0u);
   // The bounds of the GPU tests (tests/gpu/custom_tc_chain_test.cpp, where they are explained).
-  EXPECT_LE(worst, bf16 ? 1e-1 : 2e-2);
+  // int8: the reference's quantization (std::tanh on both sides), but x * (1 / s) for x / s and fp32
+  // sums for double ones can move a value near a rounding boundary one step (1/127 of its range):
+  // rare on these few images (measured <= 3.6e-7 with none; one step in a softmax stays under 2e-2).
+  EXPECT_LE(worst, int8 ? 2e-2 : bf16 ? 1e-1 : 2e-2);
   std::cout << "[ measured ] emulated tensor-core chain v" << run.version << " " << engine::precision_name(run.precision)
             << " " << f.name << ", " << run.images << " images: max relative error against the emulation " << worst
             << "\n";
@@ -112,6 +151,15 @@ TEST(CustomTcChainEmulated, Version2Bf16TwoBlocks) {
 // Tiles of 6 images (what a batch too small for 16 per pair of warps gets): rows 3..7 and 11..15 unused.
 TEST(CustomTcChainEmulated, Version2SmallTiles) {
   expect_matches_reference(tc_test::families()[0], {engine::Precision::FP16, 2, 17, 1, 6});
+}
+
+// int8 against the reference's int8 emulation, calibrated on the inputs themselves: the same
+// quantization of every conv and dense input; LeNet-5's signature and the generic kernel, two blocks,
+// small tiles.
+TEST(CustomTcChainEmulated, Int8MatchesReferenceEmulation) {
+  expect_matches_reference(tc_test::families()[0], {engine::Precision::INT8, 2, 21, 1});
+  expect_matches_reference(tc_test::families()[2], {engine::Precision::INT8, 2, 19, 2, 4});
+  expect_matches_reference(tc_test::families()[3], {engine::Precision::INT8, 2, 9, 1});
 }
 
 TEST(CustomTcChainEmulated, Version1Fp16) {
