@@ -476,8 +476,11 @@ class CustomBackend final : public Backend {
       throw std::invalid_argument(fmt::format(
           "backend 'custom' computes {} only for the LeNet-5 family of models (two 5x5 convolutions, each with "
           "an optional activation and a 2x2 pool, then three dense layers: engine/custom/fused/tc_chain_params.hpp), and "
-          "model '{}' is not of it: {}; the cudnn backend computes {} for any model",
-          type, graph.model->name, refusal->why, type));
+          "model '{}' is not of it: {}; {}",
+          type, graph.model->name, refusal->why,
+          operands == tc::TcOperands::INT8
+              ? std::string("the reference backend emulates int8 for any model (--backend reference)")
+              : fmt::format("the cudnn backend computes {} for any model", type)));
     if (device.shared_optin_bytes < smem)
       throw std::invalid_argument(fmt::format(
           "backend 'custom' computes {} in a kernel that needs {} KiB of shared memory per block; this device offers "
