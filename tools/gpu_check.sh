@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|precision|crossover|multi|train|train-multi|train-accuracy|train-recipes]...
+#   usage: tools/gpu_check.sh [build|test|sanitize|run|bench|perf|precision|tc|crossover|multi|train|train-multi|train-accuracy|train-recipes]...
 #   (default: build test sanitize run)
 # train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz;
 # train-accuracy also Fashion-MNIST's, in data/fashion/ (from Debian's dataset-fashion-mnist).
@@ -159,6 +159,41 @@ PY
       return $rc
     }
     prec_all 2>&1 | tee "$OUT/precision.log" || status=1
+    ;;
+  tc)
+    # Issue 15 on the custom backend (docs/perf-custom-tensor-core.md): the tensor-core chain's GPU
+    # tests, compute-sanitizer on them, engine bench of custom fp16 / bf16 / int8 (int8 on LeNet-5
+    # calibrated on 1,000 MNIST training images: data/mnist/train-images-idx3-ubyte.gz) beside cudnn
+    # fp16 and PyTorch fp16 channels_last, and every model's accuracy per precision. TC_BATCHES (default
+    # 1,1024,4096,65536). Files: tc-tests.log, tc-sanitizer-*.log, tc-bench-*.json, tc-torch.json,
+    # tc-accuracy.json, tc.log. (Assembled in session 12 from the calls that measured the chain.)
+    tc_all() {
+      local rc=0 batches=${TC_BATCHES:-1,1024,4096,65536} cal=/tmp/tc-lenet5-calibrated.json
+      local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+      local common=(--batch "$batches" --cuda-graph --no-data-transfers --duration "${BENCH_DURATION:-0.4}" --repetitions 3)
+      timeout 300 $B/tests/gpu/gpu_tests --gtest_filter='CustomTcChain*' >"$OUT/tc-tests.log" 2>&1 || rc=1
+      grep -E "^\[ measured|OK \]|FAILED|PASSED|Failure" -A2 "$OUT/tc-tests.log" | grep -v "^--" | tail -60
+      for tool in memcheck synccheck racecheck; do
+        local filter='CustomTcChain*'
+        [[ $tool == racecheck ]] && filter='CustomTcChain.SameBitsForAnyBatchSplit:CustomTcChain.Int8SameBitsForAnyBatchSplit'
+        ENGINE_SANITIZER_RUN=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/gpu/gpu_tests \
+          --gtest_brief=1 --gtest_filter="$filter" >"$OUT/tc-sanitizer-$tool.log" 2>&1 || rc=1
+        echo "compute-sanitizer $tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/tc-sanitizer-$tool.log" | tail -1)"
+      done
+      $B/engine -q calibrate models/lenet5.json "$DATA/train-images-idx3-ubyte.gz" -o "$cal" --images 1000 || rc=1
+      for p in fp16 bf16 int8; do
+        timeout 100 $B/engine bench "$cal" --backend custom --precision $p "${common[@]}" \
+          --json "$OUT/tc-bench-custom-$p.json" 2>&1 | grep -E "graph +compute|skipped" | sed "s/^/[custom $p] /" || rc=1
+      done
+      timeout 100 $B/engine bench "$cal" --backend cudnn --precision fp16 "${common[@]}" \
+        --json "$OUT/tc-bench-cudnn-fp16.json" 2>&1 | grep -E "graph +compute|skipped" | sed "s/^/[cudnn fp16] /" || rc=1
+      timeout 150 "$py" tools/bench_torch.py models/lenet5.json --engine "$OUT/tc-bench-custom-fp16.json" --dtype fp16 \
+        --no-data-transfers --json "$OUT/tc-torch.json" | tail -12 || rc=1
+      CNN_SHARED_DATA=$PWD/data FASHION_MNIST_DIR=$PWD/data/fashion timeout 300 "$py" tools/precision_report.py \
+        --backend custom --precisions fp16,bf16,int8 --engine $B/engine --json "$OUT/tc-accuracy.json" || rc=1
+      return $rc
+    }
+    tc_all 2>&1 | tee "$OUT/tc.log" || status=1
     ;;
   perf)
     # The fused path against everything else on this GPU, in one call (docs/perf-fused-gpu.md):
