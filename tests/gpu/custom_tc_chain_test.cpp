@@ -1,8 +1,9 @@
-// The custom backend's fp16 / bf16 path, the tensor-core chain (engine/custom/fused/tc_chain*): every
-// member of tests/gpu/custom_tc_util.hpp's spread against the reference backend's emulation of the
-// same precision on fresh random inputs with poisoned outputs, both kernel versions and both tanh
-// variants; the same bits for any batch split, run to run, and past 65,535 images; the refusals;
-// LeNet-5 on MNIST against fp32 with the bounds docs/precision.md states.
+// The custom backend's fp16 / bf16 / int8 path, the tensor-core chain (engine/custom/fused/tc_*):
+// every member of tests/gpu/custom_tc_util.hpp's spread against the reference backend's emulation of
+// the same precision on fresh random inputs with poisoned outputs (int8: calibrated on them), both
+// kernel versions, both tanh variants, the generic kernel and fixed tiles; the same bits for any batch
+// split, run to run, and past 65,535 images; the refusals; LeNet-5 on MNIST against fp32 (and int8
+// against its emulation) with the bounds docs/precision.md states.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

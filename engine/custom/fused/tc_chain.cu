@@ -1,6 +1,6 @@
-// The tensor-core chain's kernels and launchers (the layers: tc_chain.cuh; the family and the
-// layouts: tc_chain_params.hpp). One persistent block per SM: the dense weights fill most of its
-// shared memory.
+// The tensor-core chain's kernels and launchers (the layers: tc_chain.cuh, tc_int8_chain.cuh; the
+// family and the layouts: tc_chain_params.hpp). One persistent block per SM: the dense weights fill
+// most of its shared memory.
 #include "engine/custom/fused/tc_chain.cuh"
 #include "engine/custom/fused/tc_int8_chain.cuh"
 #include "engine/custom/fused/tc_chain_launch.hpp"

@@ -1,7 +1,7 @@
 #pragma once
-// The tensor-core chain at run time (issue 15: --precision fp16 | bf16 on the custom backend): the
-// 16-bit weights on the device once, forward(n) = one kernel from the preprocessed input to the
-// output on the executable's stream.
+// The tensor-core chain at run time (issue 15: --precision fp16 | bf16 | int8 on the custom backend):
+// the converted (or quantized) weights on the device once, forward(n) = one kernel from the
+// preprocessed input to the output on the executable's stream.
 #include <memory>
 #include <string>
 
