@@ -26,6 +26,24 @@ namespace {
 
 namespace tc = engine::custom::tc;
 
+// Runs body(shared memory, thread, block) for `blocks` emulated blocks of `threads` host threads, one
+// block after another, each with the shared memory (16-byte aligned) of a launch.
+template <class Body>
+void emulate_blocks(int blocks, int threads, int smem_bytes, Body body) {
+  std::vector<float4> smem(size_t(smem_bytes) / 16);
+  for (int block = 0; block < blocks; ++block) {
+    tc::EmuBlock emu(threads);
+    std::vector<std::thread> pool;
+    for (int tid = 0; tid < threads; ++tid)
+      pool.emplace_back([&, tid] {
+        tc::emu_block = &emu;
+        tc::emu_thread = tid;
+        body(static_cast<void*>(smem.data()), tid, block);
+      });
+    for (auto& t : pool) t.join();
+  }
+}
+
 // The kernel body of `version` (1 or 2) for n images on `blocks` emulated blocks, one after another.
 template <class T>
 std::vector<float> run_emulated(const tc::TcChainPlan& plan, const std::vector<float>& x, int n, int version,
@@ -37,25 +55,21 @@ std::vector<float> run_emulated(const tc::TcChainPlan& plan, const std::vector<f
   P.f6 = plan.f6.data(), P.f6_bias = plan.f6_bias.data();
   P.f7 = plan.f7.data(), P.f7_bias = plan.f7_bias.data();
   std::vector<float> y(size_t(n) * size_t(P.units), std::nanf(""));  // poison: every output must be written
-  const int threads = version == 1 ? tc::kSoloWarps * 32 : tc::kPairWarps * 32;
-  std::vector<float4> smem((version == 1 ? tc::kSoloSmemBytes : tc::kPairSmemBytes) / 16);
-  for (int block = 0; block < blocks; ++block) {
-    tc::EmuBlock emu(threads);
-    std::vector<std::thread> pool;
-    for (int tid = 0; tid < threads; ++tid)
-      pool.emplace_back([&, tid] {
-        tc::emu_block = &emu;
-        tc::emu_thread = tid;
-        T* s = reinterpret_cast<T*>(smem.data());
-        if (version == 1) tc::tc_solo_body<T, false, tc::kSigGeneric>(x.data(), P, y.data(), n, s, tid, block, blocks);
-        else if (plan.signature == tc::kSigTanhAvg)
-          tc::tc_pair_body<T, false, tc::kSigTanhAvg>(x.data(), P, y.data(), n, tile_images, s, tid, block, blocks);
-        else if (plan.signature == tc::kSigReluMax)
-          tc::tc_pair_body<T, false, tc::kSigReluMax>(x.data(), P, y.data(), n, tile_images, s, tid, block, blocks);
-        else tc::tc_pair_body<T, false, tc::kSigGeneric>(x.data(), P, y.data(), n, tile_images, s, tid, block, blocks);
-      });
-    for (auto& t : pool) t.join();
-  }
+  emulate_blocks(blocks, version == 1 ? tc::kSoloWarps * 32 : tc::kPairWarps * 32,
+                 version == 1 ? tc::kSoloSmemBytes : tc::kPairSmemBytes, [&](void* smem, int tid, int block) {
+                   T* s = static_cast<T*>(smem);
+                   if (version == 1)
+                     tc::tc_solo_body<T, false, tc::kSigGeneric>(x.data(), P, y.data(), n, s, tid, block, blocks);
+                   else if (plan.signature == tc::kSigTanhAvg)
+                     tc::tc_pair_body<T, false, tc::kSigTanhAvg>(x.data(), P, y.data(), n, tile_images, s, tid, block,
+                                                                 blocks);
+                   else if (plan.signature == tc::kSigReluMax)
+                     tc::tc_pair_body<T, false, tc::kSigReluMax>(x.data(), P, y.data(), n, tile_images, s, tid, block,
+                                                                 blocks);
+                   else
+                     tc::tc_pair_body<T, false, tc::kSigGeneric>(x.data(), P, y.data(), n, tile_images, s, tid, block,
+                                                                 blocks);
+                 });
   return y;
 }
 
@@ -71,22 +85,12 @@ std::vector<float> run_emulated_int8(const tc::TcChainPlan& plan, const std::vec
   Q.f6_scale = plan.f6_scale.data(), Q.f6_bias = plan.f6_bias.data();
   Q.f7_scale = plan.f7_scale.data(), Q.f7_bias = plan.f7_bias.data();
   std::vector<float> y(size_t(n) * size_t(Q.units), std::nanf(""));
-  const int threads = tc::kQPairs * 64;
-  std::vector<float4> smem(tc::kQSmemBytes / 16);
-  for (int block = 0; block < blocks; ++block) {
-    tc::EmuBlock emu(threads);
-    std::vector<std::thread> pool;
-    for (int tid = 0; tid < threads; ++tid)
-      pool.emplace_back([&, tid] {
-        tc::emu_block = &emu;
-        tc::emu_thread = tid;
-        int8_t* s = reinterpret_cast<int8_t*>(smem.data());
-        if (plan.signature == tc::kSigTanhAvg)
-          tc::tc_int8_body<false, tc::kSigTanhAvg>(x.data(), Q, y.data(), n, tile_images, s, tid, block, blocks);
-        else tc::tc_int8_body<false, tc::kSigGeneric>(x.data(), Q, y.data(), n, tile_images, s, tid, block, blocks);
-      });
-    for (auto& t : pool) t.join();
-  }
+  emulate_blocks(blocks, tc::kQPairs * 64, tc::kQSmemBytes, [&](void* smem, int tid, int block) {
+    int8_t* s = static_cast<int8_t*>(smem);
+    if (plan.signature == tc::kSigTanhAvg)
+      tc::tc_int8_body<false, tc::kSigTanhAvg>(x.data(), Q, y.data(), n, tile_images, s, tid, block, blocks);
+    else tc::tc_int8_body<false, tc::kSigGeneric>(x.data(), Q, y.data(), n, tile_images, s, tid, block, blocks);
+  });
   return y;
 }
 
