@@ -5,7 +5,9 @@
 // Two paths. The fused path (fused/: one conv-chain and one dense-chain kernel, fp32) runs every
 // graph that qualifies (fused/fused_plan.hpp states the rule and the limits). Any other graph, or
 // any graph with CompileOptions::fuse off, runs the per-node kernels below, which accumulate in
-// double in the CPU reference's order.
+// double in the CPU reference's order. --precision fp16|bf16|int8: the tensor-core chain
+// (fused/tc_chain*) for the LeNet-5 family; otherwise the per-node kernels with conv2d and dense on
+// tensor cores (tc_gemm.hpp) and every other op in fp32.
 //
 // Per-node fusion rule: an activation node (relu/tanh/sigmoid) is folded into the epilogue of the
 // conv2d or dense node that produces its input when that value is the activation's only reader
@@ -33,6 +35,8 @@
 #include "engine/custom/fused/tc_chain_plan.hpp"
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
+#include "engine/custom/tc_gemm.hpp"
+#include "engine/custom/tc_gemm_weights.hpp"
 #include "engine/custom/train/gpu_trainer.hpp"
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/device_executable.hpp"
@@ -137,6 +141,8 @@ struct PoolStep { Pool2dArgs args; PoolLaunch launch; bool max = true; };
 struct ActivationStep { const float* x; float* y; int64_t elements; Activation act; ElementwiseLaunch launch; };
 struct AddStep { const float* a; const float* b; float* y; int64_t elements; ElementwiseLaunch launch; };
 struct DenseStep { DenseArgs args; DenseLaunch launch; };
+// conv2d or dense on tensor cores (--precision fp16|bf16|int8 outside the tensor-core chain's family).
+struct TcGemmStep { TcGemmArgs args; TcGemmOperands operands; };
 struct SoftmaxStep { const float* x; float* y; int64_t length; SoftmaxLaunch launch; };
 struct CopyStep { const float* x; float* y; int64_t elements; };  // flatten the planner did not alias
 struct ScaleShiftStep {
@@ -147,7 +153,7 @@ struct ConcatSlice { const float* x; int64_t elements, offset; };
 struct ConcatStep { std::vector<ConcatSlice> slices; float* y; int64_t out_elements; ElementwiseLaunch launch; };
 
 using StepOp = std::variant<ConvStep, PoolStep, ActivationStep, AddStep, DenseStep, SoftmaxStep, CopyStep,
-                            ScaleShiftStep, ConcatStep>;
+                            ScaleShiftStep, ConcatStep, TcGemmStep>;
 
 struct Step {
   std::string context;  // "node 'c1' (conv2d + relu 'r1')": names the node in every CUDA error
@@ -165,7 +171,11 @@ class CustomExecutable final : public gpu::GpuExecutable {
 
  private:
   CustomExecutable(FusionPlan plan, const CompileOptions& options, std::string header, std::string not_fused)
-      : GpuExecutable(plan.graph, options), path_("per-node kernels (not fused: " + not_fused + ")") {
+      : GpuExecutable(plan.graph, options),
+        tc_(tc_operands(options.precision)),
+        path_(tc_ ? fmt::format("per-node kernels, conv2d and dense on tensor cores in {} (not the tensor-core chain: {})",
+                                precision_name(options.precision), not_fused)
+                  : "per-node kernels (not fused: " + not_fused + ")") {
     const std::vector<int>& fused_into = plan.fused_into;
     const std::vector<bool>& absorbed = plan.absorbed;
     const DeviceLimits limits = read_device_limits();
@@ -174,7 +184,14 @@ class CustomExecutable final : public gpu::GpuExecutable {
     std::vector<std::string> lines;
     lines.push_back(std::move(header));
     lines.push_back("path: " + path_);
-    lines.push_back("per-node kernels: fp32 storage, double accumulation (the CPU reference's order)");
+    if (!tc_)
+      lines.push_back("per-node kernels: fp32 storage, double accumulation (the CPU reference's order)");
+    else
+      lines.push_back(fmt::format(
+          "per-node kernels: fp32 values between nodes; conv2d and dense read {} operands (inputs rounded as they are "
+          "staged, weights converted once), {} sums on mma.sync; every other op fp32 with double sums",
+          precision_name(options.precision), tc_ == TcGemmOperands::INT8 ? "int32" : "fp32"));
+    if (tc_ == TcGemmOperands::INT8) require_calibration(*graph_.model);
     lines.push_back(fmt::format("arena: {} floats/sample x {} = {:.2f} MiB", graph_.arena_floats_per_sample,
                                 max_batch_, double(graph_.arena_floats_per_sample) * max_batch_ * 4 / (1 << 20)));
 
@@ -217,6 +234,10 @@ class CustomExecutable final : public gpu::GpuExecutable {
           s.out_height = as_int(out.shape.at(1));
           s.out_width = as_int(out.shape.at(2));
           set_window(s, node.window);
+          if (tc_) {
+            add_tc_gemm(context, node, planned, x, y, fused_act, as_tc_shape(s), lines);
+            break;
+          }
           const Conv2dLaunch l = conv2d_plan(s, limits);
           if (l.tiled)
             lines.push_back(fmt::format(
@@ -299,6 +320,13 @@ class CustomExecutable final : public gpu::GpuExecutable {
           a.in_features = as_int(in.elements);
           a.units = as_int(out.elements);
           a.activation = fused_act;
+          if (tc_) {
+            TcGemmShape s;
+            s.channels = a.in_features;
+            s.out_channels = a.units;
+            add_tc_gemm(context, node, planned, x, y, fused_act, s, lines);
+            break;
+          }
           const DenseLaunch l = dense_plan(a.in_features, a.units, max_batch_, limits);
           lines.push_back(fmt::format("{}: dense_forward tiled SGEMM, {}x{} output tile, 16x16 threads, K step 16",
                                       context, l.tile(), l.tile()));
@@ -352,6 +380,8 @@ class CustomExecutable final : public gpu::GpuExecutable {
               for (const ConcatSlice& slice : op.slices)
                 slice_copy_forward(slice.x, op.y, n, slice.elements, op.out_elements, slice.offset, op.launch, s,
                                    step.context);
+            } else if constexpr (std::is_same_v<T, TcGemmStep>) {
+              tc_gemm_forward(op.args, op.operands, n, s, step.context);
             } else if constexpr (std::is_same_v<T, CopyStep>) {
               CUDA_CHECK_CTX(cudaMemcpyAsync(op.y, op.x, size_t(op.elements) * size_t(n) * sizeof(float),
                                              cudaMemcpyDeviceToDevice, s),
@@ -360,6 +390,69 @@ class CustomExecutable final : public gpu::GpuExecutable {
           },
           step.op);
     }
+  }
+
+  static std::optional<TcGemmOperands> tc_operands(Precision p) {
+    switch (p) {
+      case Precision::FP16: return TcGemmOperands::FP16;
+      case Precision::BF16: return TcGemmOperands::BF16;
+      case Precision::INT8: return TcGemmOperands::INT8;
+      default: return std::nullopt;
+    }
+  }
+
+  static TcGemmShape as_tc_shape(const Conv2dShape& c) {
+    TcGemmShape s;
+    s.channels = c.channels, s.height = c.height, s.width = c.width;
+    s.out_channels = c.out_channels, s.out_height = c.out_height, s.out_width = c.out_width;
+    s.kernel_h = c.kernel_h, s.kernel_w = c.kernel_w, s.stride_h = c.stride_h, s.stride_w = c.stride_w;
+    s.pad_top = c.pad_top, s.pad_left = c.pad_left;
+    return s;
+  }
+
+  // A conv2d or dense node (with its folded activation) as a tensor-core implicit GEMM: weights
+  // converted (int8: quantized with the input's calibrated scale) and uploaded once.
+  void add_tc_gemm(const std::string& context, const formats::Node& node, const PlannedNode& planned, const float* x,
+                   float* y, Activation act, const TcGemmShape& shape, std::vector<std::string>& lines) {
+    const TcGemmOperands ops = *tc_;
+    const float in_scale = ops == TcGemmOperands::INT8 ? calibrated_input_scale(graph_, planned.inputs[0], node) : 0.0f;
+    const TcGemmWeights w = tc_gemm_weights(node, shape.out_channels, shape.k(), ops, in_scale);
+    TcGemmArgs a;
+    a.x = x;
+    a.y = y;
+    a.shape = shape;
+    a.activation = act;
+    a.k_padded = w.k_padded;
+    a.in_scale = in_scale;
+    a.weight = upload_bytes(w.operands.data(), w.operands.size(), fmt::format("operands of node '{}'", node.name));
+    a.bias = upload_floats(w.bias, fmt::format("bias of node '{}'", node.name));
+    if (ops == TcGemmOperands::INT8) a.scale = upload_floats(w.scale, fmt::format("scales of node '{}'", node.name));
+    lines.push_back(fmt::format(
+        "{}: tc_gemm_forward {} (implicit GEMM on mma.sync {}), k {} padded to {}, {} output channels in tiles of {}, "
+        "{} rows per block{}",
+        context, precision_name(options_precision()), ops == TcGemmOperands::INT8 ? "m16n8k32" : "m16n8k16",
+        shape.k(), w.k_padded, shape.out_channels, kTcGemmCols, kTcGemmRows,
+        ops == TcGemmOperands::INT8 ? fmt::format(", input scale {:.6g} per tensor, weights per channel", in_scale)
+                                    : std::string()));
+    steps_.push_back({context, TcGemmStep{a, ops}});
+  }
+
+  Precision options_precision() const {
+    return tc_ == TcGemmOperands::BF16 ? Precision::BF16 : tc_ == TcGemmOperands::INT8 ? Precision::INT8 : Precision::FP16;
+  }
+
+  const void* upload_bytes(const void* data, size_t bytes, const std::string& what) {
+    gpu::DeviceBuffer<unsigned char> buffer(bytes, what);
+    CUDA_CHECK_CTX(cudaMemcpyAsync(buffer.data(), data, bytes, cudaMemcpyHostToDevice, stream()), "uploading " + what);
+    operand_buffers_.push_back(std::move(buffer));
+    return operand_buffers_.back().data();
+  }
+  const float* upload_floats(const std::vector<float>& v, const std::string& what) {
+    gpu::DeviceBuffer<float> buffer(v.size(), what);
+    CUDA_CHECK_CTX(cudaMemcpyAsync(buffer.data(), v.data(), buffer.bytes(), cudaMemcpyHostToDevice, stream()),
+                   "uploading " + what);
+    weights_.push_back(std::move(buffer));
+    return weights_.back().data();
   }
 
   // Parameters go to the device once, here; nullptr for an absent optional tensor.
@@ -387,7 +480,9 @@ class CustomExecutable final : public gpu::GpuExecutable {
                                            context, graph_.value(in).name));
   }
 
+  std::optional<TcGemmOperands> tc_;  // fp16 / bf16 / int8: conv2d and dense on tensor cores
   std::vector<gpu::DeviceBuffer<float>> weights_;
+  std::vector<gpu::DeviceBuffer<unsigned char>> operand_buffers_;
   std::vector<Step> steps_;
   std::string path_;
   std::string summary_;
@@ -417,7 +512,7 @@ class CustomBackend final : public Backend {
     return std::string("op not implemented by the custom backend");
   }
   int preferred_batch() const override { return 65536; }
-  // fp16, bf16 and int8: the tensor-core chain, for the models of its family (compile() says why not).
+  // fp16, bf16 and int8 on tensor cores: the chain for the models of its family, per-node kernels otherwise.
   bool supports(Precision) const override { return true; }
   std::vector<std::string> devices() const override { return gpu::device_descriptions(); }
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
@@ -457,8 +552,9 @@ class CustomBackend final : public Backend {
     return std::make_unique<CustomExecutable>(graph, options, header, not_fused);
   }
 
-  // fp16 / bf16 / int8 run only as the tensor-core chain: the per-node kernels compute fp32 and have
-  // no reduced-precision variant, so a model outside the chain's family is refused, with the reason.
+  // fp16 / bf16 / int8: the tensor-core chain (one kernel) for the models of its family; any other model,
+  // or --no-fuse, runs the per-node kernels with conv2d and dense on tensor cores (tc_gemm.hpp). int8
+  // without calibration is refused either way.
   std::unique_ptr<Executable> compile_tc(const Graph& graph, const CompileOptions& options,
                                          const fused::DeviceShape& device) {
     const tc::TcOperands operands = options.precision == Precision::BF16   ? tc::TcOperands::BF16
@@ -466,32 +562,27 @@ class CustomBackend final : public Backend {
                                                                            : tc::TcOperands::FP16;
     const char* type = precision_name(options.precision);
     const int smem = operands == tc::TcOperands::INT8 ? tc::kQSmemBytes : tc::kPairSmemBytes;
-    if (!options.fuse)
-      throw std::invalid_argument(fmt::format(
-          "backend 'custom' computes {} only in its fused tensor-core chain, which --no-fuse turns off", type));
-    auto planned = tc::plan_tc_chain(graph, operands);
-    if (auto* refusal = std::get_if<tc::TcRefusal>(&planned); refusal && refusal->calibration)
-      throw std::invalid_argument(refusal->why);
-    if (auto* refusal = std::get_if<tc::TcRefusal>(&planned))
-      throw std::invalid_argument(fmt::format(
-          "backend 'custom' computes {} only for the LeNet-5 family of models (two 5x5 convolutions, each with "
-          "an optional activation and a 2x2 pool, then three dense layers: engine/custom/fused/tc_chain_params.hpp), and "
-          "model '{}' is not of it: {}; {}",
-          type, graph.model->name, refusal->why,
-          operands == tc::TcOperands::INT8
-              ? std::string("the reference backend emulates int8 for any model (--backend reference)")
-              : fmt::format("the cudnn backend computes {} for any model", type)));
-    if (device.shared_optin_bytes < smem)
-      throw std::invalid_argument(fmt::format(
-          "backend 'custom' computes {} in a kernel that needs {} KiB of shared memory per block; this device offers "
-          "{} KiB",
-          type, smem / 1024, device.shared_optin_bytes / 1024));
     const std::string header = fmt::format(
         "custom: hand-written CUDA kernels on {}; {} on tensor cores; deterministic by construction (fixed summation "
         "order, no atomics)",
         device_description(), type);
-    return tc::make_tc_chain_executable(graph, std::get<tc::TcChainPlan>(std::move(planned)), options,
-                                        device.multiprocessors, header);
+    std::string why_not = "turned off (--no-fuse)";
+    if (options.fuse) {
+      auto planned = tc::plan_tc_chain(graph, operands);
+      if (auto* refusal = std::get_if<tc::TcRefusal>(&planned); refusal && refusal->calibration)
+        throw std::invalid_argument(refusal->why);
+      if (auto* refusal = std::get_if<tc::TcRefusal>(&planned)) {
+        why_not = fmt::format("model '{}' is not of its family (engine/custom/fused/tc_chain_params.hpp): {}",
+                              graph.model->name, refusal->why);
+      } else if (device.shared_optin_bytes < smem) {
+        why_not = fmt::format("its kernel needs {} KiB of shared memory per block; this device offers {} KiB",
+                              smem / 1024, device.shared_optin_bytes / 1024);
+      } else {
+        return tc::make_tc_chain_executable(graph, std::get<tc::TcChainPlan>(std::move(planned)), options,
+                                            device.multiprocessors, header);
+      }
+    }
+    return std::make_unique<CustomExecutable>(graph, options, header, why_not);
   }
 };
 
@@ -506,8 +597,8 @@ namespace engine {
 void register_custom_backend(BackendRegistry& registry) {
   registry.add(BackendEntry{
       .name = "custom",
-      .summary = "hand-written CUDA kernels (no cuDNN, no cuBLAS): fp32; fp16/bf16/int8 tensor cores for the "
-                 "LeNet-5 family; deterministic",
+      .summary = "hand-written CUDA kernels (no cuDNN, no cuBLAS): fp32; fp16/bf16/int8 on tensor cores (one "
+                 "fused kernel for the LeNet-5 family); deterministic",
       .priority = 20,
       .unavailable_reason = [] { return gpu::no_gpu_reason(); },
       .create = [] { return custom::make_custom_backend(); },
