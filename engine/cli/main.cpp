@@ -66,9 +66,10 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--json", run.json, "Print a JSON summary on stdout instead of the text report");
   run_cmd->add_option("--dump-outputs", run.dump_outputs, "Write the first output [N, K] as float32 .npy");
   run_cmd->add_option("--precision", run.precision,
-                      "fp32; tf32 (GPU tensor cores; less exact); fp16, bf16 (cudnn: stored in that type, NHWC, "
-                      "tensor cores; reference: emulated); int8 (emulated by the reference backend; needs a calibrated "
-                      "model: engine calibrate)")
+                      "fp32; tf32 (GPU tensor cores; less exact); fp16, bf16, int8 on tensor cores (custom: one "
+                      "kernel for the LeNet-5 family, conv2d/dense per node otherwise; cudnn: fp16/bf16 stored in that "
+                      "type, NHWC; int8 conv2d/dense); reference: emulated; int8 needs a calibrated model: engine "
+                      "calibrate")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "int8"}))
       ->capture_default_str();
   run_cmd->add_option("--threads", run.threads, "CPU backends: threads to use (default: all cores)")

@@ -55,12 +55,15 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   for (const auto& step : steps_) workspace = std::max(workspace, step->workspace_bytes());
   workspace_ = gpu::DeviceBuffer<unsigned char>(workspace, "cuDNN convolution workspace");
   run_ctx_ = RunContext{cudnn_, cublas_, workspace_.data(), workspace_.bytes(), stream()};
+  choose_tactics();
 
   const Precision p = options_.precision;
   summary_.push_back(fmt::format("cudnn: cuDNN {} (C API), cuBLAS {}, {} math, {} {} storage, {}, max batch {}",
                                  cudnn_version(), cublas_version(),
                                  p == Precision::FP32   ? "fp32 (no TF32)"
                                  : p == Precision::TF32 ? "TF32 tensor-core"
+                                 : p == Precision::INT8 ? "int8 conv2d/dense (int32 sums, calibrated per-tensor input "
+                                                          "scales, per-channel weight scales), fp32 elsewhere"
                                                         : fmt::format("{} tensor-core (fp32 sums)", precision_name(p)),
                                  storage_.type_name(), storage_.layout_name(),
                                  options_.deterministic ? "deterministic algorithms (heuristic choice)"
@@ -167,6 +170,29 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
     const Value& in0 = graph_.value(planned.inputs.at(0));
     const void* x = value_ptr(planned.inputs.at(0));
     void* y = value_ptr(planned.output);
+    if (options_.precision == Precision::INT8 && (node.op == OpType::Conv2D || node.op == OpType::Dense)) {
+      // Integer conv2d / dense; a following relu that only it reads is folded into its dequantization,
+      // which writes the relu's block (the step reads its own int8 and int32 copies by then, so the
+      // block may be any, even one overlapping the input).
+      std::string relu_name;
+      if (i + 1 < nodes.size()) {
+        const PlannedNode& next = nodes[i + 1];
+        const Value& out = graph_.value(planned.output);
+        if (next.node->op == OpType::Relu && next.inputs.at(0) == planned.output && !out.is_output &&
+            out.consumers == std::vector<int>{int(i + 1)}) {
+          relu_name = next.node->name;
+          y = value_ptr(next.output);
+          done[i + 1] = true;
+        }
+      }
+      const Int8Input input = int8_input(planned.inputs.at(0), node);
+      if (node.op == OpType::Conv2D)
+        steps_.push_back(make_int8_conv_step(ctx, node, in0.shape, x, y, input, relu_name));
+      else
+        steps_.push_back(make_int8_dense_step(ctx, node, graph_.value(graph_.storage_root(planned.inputs.at(0))).shape,
+                                              x, y, input, relu_name));
+      continue;
+    }
     switch (node.op) {
       case OpType::Conv2D: {
         if (const auto refusal = space_to_depth_refusal(node, in0.shape, ctx.max_batch); !refusal) {
@@ -243,15 +269,29 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
   for (auto& step : exits) steps_.push_back(std::move(step));
 }
 
-// fp32 NCHW unless asked otherwise: the exact path. fp16 / bf16 store NHWC, the layout cuDNN's
-// tensor-core convolutions read without a transposition pass, unless a flatten of a [C, H, W] value
-// (C, H * W > 1) feeds something other than a dense layer: only a dense layer can take the (h, w, c)
-// order, by permuting its weight. ENGINE_CUDNN_LAYOUT=nchw|nhwc overrides the choice (A/B, tests).
+// int8: the calibrated range of a conv2d's / dense's input as the reference's emulation finds it (the
+// value's own name, else the value it aliases: a flatten's source), as the scale s = range / 127.
+Int8Input CudnnExecutable::int8_input(int value, const formats::Node& reader) const {
+  const formats::Model& model = *graph_.model;
+  for (int v = value; v >= 0; v = graph_.value(v).alias_of)
+    for (const auto& [name, r] : model.calibration->ranges)
+      if (name == graph_.value(v).name) return Int8Input{float(r) / 127.0f, r, name};
+  throw std::invalid_argument(fmt::format("model '{}': its calibration has no range for '{}', the input of a {} node: "
+                                          "calibrate the model again (engine calibrate)",
+                                          model.name, graph_.value(value).name, formats::op_name(reader.op)));
+}
+
+// fp32 NCHW unless asked otherwise: the exact path. fp16 / bf16 (and int8's fp32 values) store NHWC,
+// the layout cuDNN's tensor-core convolutions read without a transposition pass, unless a flatten of
+// a [C, H, W] value (C, H * W > 1) feeds something other than a dense layer: only a dense layer can
+// take the (h, w, c) order, by permuting its weight. ENGINE_CUDNN_LAYOUT=nchw|nhwc overrides the choice (A/B, tests).
 Storage CudnnExecutable::choose_storage() {
   Storage s;
   const Precision p = options_.precision;
   s.dtype = p == Precision::FP16 ? CUDNN_DATA_HALF : p == Precision::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-  bool nhwc = !s.fp32();
+  // int8 keeps fp32 values, NHWC: the layout of cuDNN's int8 convolutions (its quantization kernel
+  // reads NCHW too, when a flatten forces it below).
+  bool nhwc = !s.fp32() || p == Precision::INT8;
   const char* env = std::getenv("ENGINE_CUDNN_LAYOUT");
   if (env && std::strcmp(env, "nhwc") == 0) nhwc = true;
   if (env && std::strcmp(env, "nchw") == 0) nhwc = false;
@@ -346,6 +386,54 @@ void CudnnExecutable::add_edge_conversions(std::vector<std::unique_ptr<Step>>& e
                                                          graph_.value(r).shape, false, block, device_value(out),
                                                          max_batch_));
   }
+}
+
+void CudnnExecutable::choose_tactics() {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK_CTX(cudaEventCreate(&start), "timing tactics");
+  CUDA_CHECK_CTX(cudaEventCreate(&stop), "timing tactics");
+  struct Events {
+    cudaEvent_t a, b;
+    ~Events() {
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+  } owned{start, stop};
+  const char* forced = std::getenv("ENGINE_CUDNN_INT8_CONV");
+  for (auto& step : steps_) {
+    const int count = step->tactics();
+    if (count < 2) continue;
+    step->set_batch(max_batch_);
+    std::vector<float> ms(size_t(count), 0.0f);
+    int best = 0;
+    for (int t = 0; t < count; ++t) {
+      step->use_tactic(t);
+      step->enqueue(run_ctx_);  // warm-up: loads the library's kernels
+      constexpr int kRuns = 3;
+      CUDA_CHECK_CTX(cudaEventRecord(start, stream()), step->label());
+      for (int i = 0; i < kRuns; ++i) step->enqueue(run_ctx_);
+      CUDA_CHECK_CTX(cudaEventRecord(stop, stream()), step->label());
+      CUDA_CHECK_CTX(cudaEventSynchronize(stop), step->label() + ": timing tactic " + step->tactic_name(t));
+      CUDA_CHECK_CTX(cudaEventElapsedTime(&ms[size_t(t)], start, stop), step->label());
+      ms[size_t(t)] /= kRuns;
+      if (ms[size_t(t)] < ms[size_t(best)]) best = t;
+    }
+    if (forced && *forced) {
+      int named = -1;
+      for (int t = 0; t < count; ++t)
+        if (step->tactic_name(t) == forced) named = t;
+      if (named < 0) {
+        std::string names;
+        for (int t = 0; t < count; ++t) names += (t ? ", " : "") + step->tactic_name(t);
+        throw std::invalid_argument(fmt::format("ENGINE_CUDNN_INT8_CONV={}: {} has no tactic of that name ({})",
+                                                forced, step->label(), names));
+      }
+      best = named;
+    }
+    step->use_tactic(best);
+    step->keep_tactic(ms);
+  }
+  batch_ = -1;  // the timed steps describe max_batch, the others what they were built for
 }
 
 void CudnnExecutable::forward(int n) {

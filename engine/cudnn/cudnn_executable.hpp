@@ -23,11 +23,15 @@ class CudnnExecutable final : public gpu::GpuExecutable {
 
  private:
   void build_steps(const BuildContext& ctx);
+  // Times each tactic of the steps that have several (Step::tactics) at max_batch, keeps the fastest.
+  void choose_tactics();
   bool blocks_overlap(int value_a, int value_b) const;
   // Where a conv may write the value of the relu that follows it (see build_steps), or nullptr.
   void* fused_relu_destination(size_t conv_index);
   void* value_ptr(int value_id) const { return value_ptr_.at(size_t(value_id)); }
   Storage choose_storage();
+  // int8: the scale of a conv2d's / dense's input from the model's calibration, or throws.
+  Int8Input int8_input(int value, const formats::Node& reader) const;
   // Reduced precision or NHWC: the input's and outputs' own blocks and their conversion steps (the
   // input's into steps_, the outputs' into `exits`, appended after the nodes).
   void add_edge_conversions(std::vector<std::unique_ptr<Step>>& exits);

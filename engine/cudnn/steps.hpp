@@ -54,6 +54,15 @@ class Step {
   virtual size_t workspace_bytes() const { return 0; }
   // One line for plan_summary(): what runs and which decisions were made.
   virtual std::string summary() const = 0;
+  // Tactics: other ways to compute the same bits (int8 convolutions: cuDNN's kernel, or patches and a
+  // cuBLAS GEMM). The executable times each at max_batch once everything is allocated and keeps the
+  // fastest (CudnnExecutable::choose_tactics), TensorRT's builder's way; a step with one has nothing
+  // to choose. ENGINE_CUDNN_INT8_CONV=cudnn|gemm|gemm_t fixes the choice (A/B, tests).
+  virtual int tactics() const { return 1; }
+  virtual void use_tactic(int /*t*/) {}
+  virtual std::string tactic_name(int /*t*/) const { return {}; }
+  // After the choice: frees what the other tactics hold; `ms` the measured times, for the summary.
+  virtual void keep_tactic(const std::vector<float>& /*ms*/) {}
   const std::string& label() const { return label_; }
 
  protected:
@@ -151,6 +160,21 @@ struct ConcatInput {
 };
 std::unique_ptr<Step> make_concat_step(const BuildContext& ctx, const formats::Node& node,
                                        std::vector<ConcatInput> inputs, int64_t out_elements, void* y);
+
+// --precision int8 (int8.cpp): conv2d and dense as integer library calls between a quantization of
+// the fp32 input (per tensor, scale from the model's calibration) and a dequantization of the sums
+// (per output channel) + bias, with a following relu folded in when relu_name is not empty.
+struct Int8Input {
+  float scale = 0;         // s = range / 127 (0: the input reads as 0)
+  double range = 0;        // the calibrated range
+  std::string value_name;  // the value whose range it is (the input, or the source of a flatten)
+};
+std::unique_ptr<Step> make_int8_conv_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
+                                          const void* x, void* y, const Int8Input& input, const std::string& relu_name);
+// stored_shape as make_dense_step's.
+std::unique_ptr<Step> make_int8_dense_step(const BuildContext& ctx, const formats::Node& node,
+                                           const Shape& stored_shape, const void* x, void* y, const Int8Input& input,
+                                           const std::string& relu_name);
 
 // Why this backend cannot run `node` exactly, or nullopt.
 std::optional<std::string> unsupported_reason(const formats::Node& node);
