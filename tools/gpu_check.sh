@@ -161,25 +161,34 @@ PY
     prec_all 2>&1 | tee "$OUT/precision.log" || status=1
     ;;
   tc)
-    # Issue 15 on the custom backend (docs/perf-custom-tensor-core.md): the tensor-core chain's GPU
-    # tests, compute-sanitizer on them, engine bench of custom fp16 / bf16 / int8 (int8 on LeNet-5
-    # calibrated on 1,000 MNIST training images: data/mnist/train-images-idx3-ubyte.gz) beside cudnn
-    # fp16 and PyTorch fp16 channels_last, and every model's accuracy per precision. TC_BATCHES (default
-    # 1,1024,4096,65536). Files: tc-tests.log, tc-sanitizer-*.log, tc-bench-*.json, tc-torch.json,
-    # tc-accuracy.json, tc.log. (Assembled in session 12 from the calls that measured the chain.)
+    # Issue 15 on the custom backend (docs/perf-custom-tensor-core.md): the tensor-core chain's and the
+    # per-node tensor-core path's GPU tests, compute-sanitizer on them, engine bench of custom fp16 /
+    # bf16 / int8 (int8 on LeNet-5 calibrated on 1,000 MNIST training images:
+    # data/mnist/train-images-idx3-ubyte.gz) beside cudnn fp16 and PyTorch fp16 channels_last, the seed
+    # models (per-node path) in fp16 and int8, and every model's accuracy per precision held to its bound
+    # (precision_report.py --check). TC_BATCHES (default 1,1024,4096,65536); TC_PARTS (default "tests
+    # bench accuracy") runs a part only (a call is at most 10 minutes). Files: tc-tests.log,
+    # tc-sanitizer-*.log, tc-bench-*.json, tc-torch.json, tc-accuracy.json, tc.log.
     tc_all() {
       local rc=0 batches=${TC_BATCHES:-1,1024,4096,65536} cal=/tmp/tc-lenet5-calibrated.json
       local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
       local common=(--batch "$batches" --cuda-graph --no-data-transfers --duration "${BENCH_DURATION:-0.4}" --repetitions 3)
-      timeout 300 $B/tests/gpu/gpu_tests --gtest_filter='CustomTcChain*' >"$OUT/tc-tests.log" 2>&1 || rc=1
-      grep -E "^\[ measured|OK \]|FAILED|PASSED|Failure" -A2 "$OUT/tc-tests.log" | grep -v "^--" | tail -60
+      local parts=" ${TC_PARTS:-tests bench accuracy} "
+      if [[ $parts == *" tests "* ]]; then
+      timeout 300 $B/tests/gpu/gpu_tests --gtest_filter='CustomTcChain*:CustomTcPerNode*' >"$OUT/tc-tests.log" 2>&1 || rc=1
+      grep -E "^\[ measured|OK \]|FAILED|PASSED|Failure" -A2 "$OUT/tc-tests.log" | grep -v "^--" | tail -80
       for tool in memcheck synccheck racecheck; do
-        local filter='CustomTcChain*'
-        [[ $tool == racecheck ]] && filter='CustomTcChain.SameBitsForAnyBatchSplit:CustomTcChain.Int8SameBitsForAnyBatchSplit'
+        local filter='CustomTcChain*:CustomTcPerNode*'
+        [[ $tool == racecheck ]] && filter='CustomTcChain.SameBitsForAnyBatchSplit:CustomTcChain.Int8SameBitsForAnyBatchSplit:CustomTcPerNode.SameBitsForAnyBatchSplit'
         ENGINE_SANITIZER_RUN=1 timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $B/tests/gpu/gpu_tests \
           --gtest_brief=1 --gtest_filter="$filter" >"$OUT/tc-sanitizer-$tool.log" 2>&1 || rc=1
         echo "compute-sanitizer $tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/tc-sanitizer-$tool.log" | tail -1)"
       done
+      fi
+      if [[ $parts != *" bench "* ]]; then
+        if [[ $parts == *" accuracy "* ]]; then tc_accuracy || rc=1; fi
+        return $rc
+      fi
       $B/engine -q calibrate models/lenet5.json "$DATA/train-images-idx3-ubyte.gz" -o "$cal" --images 1000 || rc=1
       for p in fp16 bf16 int8; do
         timeout 100 $B/engine bench "$cal" --backend custom --precision $p "${common[@]}" \
@@ -189,9 +198,22 @@ PY
         --json "$OUT/tc-bench-cudnn-fp16.json" 2>&1 | grep -E "graph +compute|skipped" | sed "s/^/[cudnn fp16] /" || rc=1
       timeout 150 "$py" tools/bench_torch.py models/lenet5.json --engine "$OUT/tc-bench-custom-fp16.json" --dtype fp16 \
         --no-data-transfers --json "$OUT/tc-torch.json" | tail -12 || rc=1
-      CNN_SHARED_DATA=$PWD/data FASHION_MNIST_DIR=$PWD/data/fashion timeout 300 "$py" tools/precision_report.py \
-        --backend custom --precisions fp16,bf16,int8 --engine $B/engine --json "$OUT/tc-accuracy.json" || rc=1
+      # The seed models: outside the chain's family, the per-node tensor-core path.
+      for m in seed002-cnn seed003-mlp; do
+        $B/engine -q calibrate models/$m.json "$DATA/train-images-idx3-ubyte.gz" -o /tmp/tc-$m.json --images 1000 || rc=1
+        for p in fp32 fp16 int8; do
+          timeout 60 $B/engine bench /tmp/tc-$m.json --backend custom --precision $p --batch 1024,65536 --cuda-graph \
+            --no-data-transfers --duration 0.3 --repetitions 3 --json "$OUT/tc-bench-$m-$p.json" 2>&1 \
+            | grep -E "graph +compute|skipped" | sed "s/^/[custom $m $p] /" || rc=1
+        done
+      done
+      [[ $parts == *" accuracy "* ]] && { tc_accuracy || rc=1; }
       return $rc
+    }
+    tc_accuracy() {
+      local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
+      CNN_SHARED_DATA=$PWD/data FASHION_MNIST_DIR=$PWD/data/fashion timeout 300 "$py" tools/precision_report.py \
+        --backend custom --precisions fp16,bf16,int8 --engine $B/engine --json "$OUT/tc-accuracy.json" --check
     }
     tc_all 2>&1 | tee "$OUT/tc.log" || status=1
     ;;
