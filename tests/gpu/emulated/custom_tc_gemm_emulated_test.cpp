@@ -59,6 +59,7 @@ std::vector<Case> cases() {
       {"conv 1x8x8 -> 6, 5x6 pad 2", conv(1, 8, 8, 6, 5, 1, 2, 2, 2, 2), 2, Activation::None},
       {"dense 77 -> 13", dense(77, 13), 70, Activation::Sigmoid},
       {"dense 130 -> 40", dense(130, 40), 5, Activation::None},
+      {"dense 130 -> 40, 300 samples (5 row tiles, a partial last one)", dense(130, 40), 300, Activation::Tanh},
   };
 }
 
