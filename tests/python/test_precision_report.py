@@ -1,10 +1,15 @@
 """tools/precision_report.py --check: each precision's bound (docs/precision.md) on rows as the report
-writes them; a refused precision and each kind of miss fail, rows within every bound pass."""
+writes them (a refused precision and each kind of miss fail, rows within every bound pass), and the
+whole report on the reference backend's emulation of every model."""
+import json
 import pathlib
 import sys
 
+import pytest
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import precision_report  # noqa: E402
+from _train_support import ENGINE  # noqa: E402
 
 
 def rows(prec, changed, accuracy):
@@ -35,3 +40,23 @@ def test_a_refused_precision_fails():
          {"model": "m", "precision": "int8", "backend": "custom", "refused": "no calibration"}]
     missed = precision_report.check_rows(r)
     assert missed == ["m int8: refused (no calibration)"]
+
+
+# The real report on the reference backend's emulation: every model in models/ on its whole test set at
+# fp16, bf16 and int8 (calibrated on 1,000 training images) within its precision's bound, as the GPU
+# backends are held to on the device (tools/gpu_check.sh tc / precision). ~75 s on two cores.
+
+@pytest.mark.skipif(ENGINE is None, reason="the engine is not built (build/engine, or $ENGINE_BIN)")
+def test_every_model_within_its_bounds_on_the_reference_emulation(tmp_path):
+    from cnnengine import datasets
+    try:
+        for dataset in ("mnist", "fashion"):
+            for split in ("train", "test"):
+                datasets.dataset_files(dataset, split)
+    except (FileNotFoundError, OSError, ValueError) as e:
+        pytest.skip(f"a data set is missing: {e}")
+    out = tmp_path / "reference.json"
+    assert precision_report.main(["--backend", "reference", "--engine", str(ENGINE), "--json", str(out),
+                                  "--check"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 16 and not any("refused" in r for r in rows)
