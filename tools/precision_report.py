@@ -76,6 +76,7 @@ def main(argv=None):
     ap.add_argument("--engine", default=None, help="engine binary (default: build/engine or $ENGINE_BIN)")
     ap.add_argument("--json")
     ap.add_argument("--check", action="store_true", help="exit 1 when a row misses its precision's bound")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N test images (default: all)")
     a = ap.parse_args(argv)
     engine = pathlib.Path(a.engine) if a.engine else engine_binary()
     if engine is None:
@@ -96,8 +97,9 @@ def main(argv=None):
             probs = {}
             for prec in ["fp32"] + a.precisions.split(","):
                 dump = tmp / f"{name}-{prec}.npy"
+                limit = ["--limit", a.limit] if a.limit else []
                 p = run(engine, "run", cal, test_images, "--labels", test_labels, "--backend", a.backend,
-                        "--precision", prec, "--json", "--dump-outputs", dump)
+                        "--precision", prec, "--json", "--dump-outputs", dump, *limit)
                 if p.returncode != 0:
                     rows.append({"model": name, "precision": prec, "backend": a.backend, "refused": p.stderr.strip()})
                     print(f"{name:15s} {prec:5s} refused: {p.stderr.strip()}")
