@@ -35,7 +35,7 @@ __device__ __noinline__ float looped(float x, float a, float b) {
 }
 
 // out[0..2]: cycles of straight (first pass), straight (second pass), looped, on warp 0;
-// out[3]: straight on warp 0 after warp 4 (same sub-partition) ran it; out[4]: a sink.
+// out[3]: straight on warp 0 after warp 4 (same sub-partition) ran it.
 __global__ void probe(float a, float b, long long* out, float* sink, int mode) {
   const int warp = threadIdx.x / 32;
   float x = float(threadIdx.x);

@@ -65,8 +65,9 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-// One block per image (batches of ~17 to 1,584 on the H100) takes the items with the channel groups
-// inside the row strips (conv_tiled's kGroupsInner): fewer bank conflicts, batch 1,024 120 -> 110 us.
+// One block per image (batches of 67 to 1,584 on the H100; fewer images run on clusters) takes the
+// items with the channel groups inside the row strips (conv_tiled's kGroupsInner): fewer bank
+// conflicts, batch 1,024 120 -> 110 us.
 // A cluster keeps strips inside groups: batch 1 was not faster that way (docs/perf-fused-gpu.md,
 // session 14), and its work splits between blocks in contiguous ranges of items either way.
 template <bool kCluster, class Store>
