@@ -1,0 +1,140 @@
+// Why did session 15's solo chain (branch next/solo-chain-ring: one image per SM, the dense weights
+// streamed through a ring of shared-memory slots) run its dense layers at ~13-30 cycles a row
+// (LeNet-5's f5: 120 units on 4 warps, dense_chain4 over unit-major chunks in shared memory) when
+// the image chain's clusters run the same loop at ~7.5-9? One block of 1,024 threads with ~200 KB
+// of shared memory; warps 0-3 (one thread per unit) run dense_chain4 over 400 rows at a pitch of
+// 404 floats, timed with clock64 by thread 0 (the median of 21 launches), in these settings:
+//   parked   the other 28 warps wait at a named barrier (the solo chain's dense part)
+//   exited   the other warps return at once
+//   spin     warp 31's lane 0 polls an mbarrier that never completes (the producer's wait) meanwhile
+//   tma      the weights land by one bulk copy just before (the solo chain's ring)
+//   consts   dense_chain4 once per chunk of 68 rows, the bounds and pitch read from the kernel
+//            parameters (indexed constant loads): the solo chain's first loop
+// docs/perf-fused-gpu.md ("Session 15") has the numbers: 6.4-6.6 cycles a row in every setting but
+// consts (12.5): the loop itself is not slow, and no setting here reproduces the kernels' rate.
+// Rows cost = cycles / 400; floor: 4 cycles a row (the dependent FMA).
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. tools/probes/solo_dense.cu -o /tmp/solo_dense && /tmp/solo_dense
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "engine/custom/fused/dense_steps.cuh"
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+using engine::custom::fused::dense_chain4;
+
+constexpr int kUnits = 120, kRows = 400, kPitch = 404;  // 404 / 4 = 101: odd
+struct Params {
+  int rows[16];
+  int pitch[16];
+};
+
+__device__ __forceinline__ unsigned saddr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
+
+__global__ void __launch_bounds__(1024, 1) probe(const __grid_constant__ Params prm, const float* __restrict__ w_global,
+                                                 int mode, int layer, long long* out, float* sink) {
+  extern __shared__ __align__(128) float smem[];
+  __shared__ __align__(8) unsigned long long bar, never;
+  float* a = smem;             // 400 activations
+  float* w = smem + 512;       // 120 units x 404
+  const int tid = threadIdx.x, warp = tid / 32;
+  for (int i = tid; i < kRows; i += blockDim.x) a[i] = 0.001f * float(i % 17);
+  if (mode != 3) {
+    for (int i = tid; i < kUnits * kPitch; i += blockDim.x) w[i] = w_global[i];
+  } else if (tid == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const unsigned bytes = kUnits * kPitch * 4;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&bar)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     saddr(w)),
+                 "l"(w_global), "r"(bytes), "r"(saddr(&bar))
+                 : "memory");
+    for (;;) {
+      unsigned done;
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done)
+                   : "r"(saddr(&bar))
+                   : "memory");
+      if (done) break;
+    }
+  }
+  if (tid == 0) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&never)) : "memory");
+  __syncthreads();
+  if (warp >= 4) {
+    if (mode == 1) return;
+    if (mode == 2 && tid == 992) {
+      for (int polls = 0; polls < 20000; ++polls) {
+        unsigned done;
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(saddr(&never))
+                     : "memory");
+        if (done || *static_cast<volatile float*>(sink) == 1.0f) break;
+      }
+    }
+    asm volatile("bar.sync 1, 1024;" ::: "memory");
+    return;
+  }
+  const long long t0 = clock64();
+  float s = 0.0f;
+  if (tid < kUnits) {
+    if (mode == 4) {  // bounds and pitch from the parameters, indexed by a run-time layer
+      const int rows = prm.rows[layer], pitch = prm.pitch[layer];
+      for (int r0 = 0; r0 < kRows; r0 += rows) s = dense_chain4(a + r0, w + tid * pitch + r0, min(rows, kRows - r0), s);
+    } else {
+      s = dense_chain4(a, w + tid * kPitch, kRows, s);
+    }
+  }
+  __syncwarp();
+  const long long t1 = clock64();
+  if (tid == 0) out[0] = t1 - t0;
+  if (tid < kUnits) sink[tid] = s;
+  if (mode != 1) asm volatile("bar.sync 1, 1024;" ::: "memory");
+}
+
+int main() {
+  float *w = nullptr, *sink = nullptr;
+  long long* out = nullptr;
+  std::vector<float> host(size_t(kUnits) * kPitch);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.01f * float(i % 13);
+  CK(cudaMalloc(&w, host.size() * 4));
+  CK(cudaMemcpy(w, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&sink, 1024 * sizeof(float)));
+  CK(cudaMemset(sink, 0, 1024 * sizeof(float)));
+  CK(cudaMalloc(&out, sizeof(long long)));
+  const int smem = (512 + kUnits * kPitch) * 4;
+  CK(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  Params prm{};
+  for (int i = 0; i < 16; ++i) {
+    prm.rows[i] = 68;
+    prm.pitch[i] = kPitch;
+  }
+  const char* names[] = {"parked", "exited", "spin", "tma", "consts"};
+  for (int threads : {1024, 128}) {
+    for (int m = 0; m < 5; ++m) {
+      if (threads == 128 && m != 1) continue;
+      std::vector<long long> v;
+      for (int rep = 0; rep < 21; ++rep) {
+        probe<<<1, threads, smem>>>(prm, w, m, rep % 3, out, sink);
+        CK(cudaGetLastError());
+        long long c = 0;
+        CK(cudaMemcpy(&c, out, sizeof(c), cudaMemcpyDeviceToHost));
+        v.push_back(c);
+      }
+      std::sort(v.begin(), v.end());
+      std::printf("threads %4d  %-7s  %7lld cycles  %5.1f cycles a row\n", threads, names[m], v[v.size() / 2],
+                  double(v[v.size() / 2]) / kRows);
+    }
+  }
+  return 0;
+}
