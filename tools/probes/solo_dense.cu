@@ -10,6 +10,10 @@
 //   tma      the weights land by one bulk copy just before (the solo chain's ring)
 //   consts   dense_chain4 once per chunk of 68 rows, the bounds and pitch read from the kernel
 //            parameters (indexed constant loads): the solo chain's first loop
+//   runtime  the 400 rows as a kernel argument (a trip count unknown to the compiler, as in the kernels)
+//   15units  15 units on one warp (a cluster block's share of f5), the rest parked
+//   deep     dense_chain4_deep (16 steps in flight), rows as a kernel argument
+//   pitchprm the pitch read from the parameters (indexed), rows as a kernel argument, one call
 // docs/perf-fused-gpu.md ("Session 15") has the numbers: 6.4-6.6 cycles a row in every setting but
 // consts (12.5): the loop itself is not slow, and no setting here reproduces the kernels' rate.
 // Rows cost = cycles / 400; floor: 4 cycles a row (the dependent FMA).
@@ -31,6 +35,7 @@
   } while (0)
 
 using engine::custom::fused::dense_chain4;
+using engine::custom::fused::dense_chain4_deep;
 
 constexpr int kUnits = 120, kRows = 400, kPitch = 404;  // 404 / 4 = 101: odd
 struct Params {
@@ -41,7 +46,7 @@ struct Params {
 __device__ __forceinline__ unsigned saddr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 
 __global__ void __launch_bounds__(1024, 1) probe(const __grid_constant__ Params prm, const float* __restrict__ w_global,
-                                                 int mode, int layer, long long* out, float* sink) {
+                                                 int mode, int layer, int rows_arg, long long* out, float* sink) {
   extern __shared__ __align__(128) float smem[];
   __shared__ __align__(8) unsigned long long bar, never;
   float* a = smem;             // 400 activations
@@ -87,10 +92,16 @@ __global__ void __launch_bounds__(1024, 1) probe(const __grid_constant__ Params 
   }
   const long long t0 = clock64();
   float s = 0.0f;
-  if (tid < kUnits) {
+  if (tid < (mode == 6 ? 15 : kUnits)) {
     if (mode == 4) {  // bounds and pitch from the parameters, indexed by a run-time layer
       const int rows = prm.rows[layer], pitch = prm.pitch[layer];
       for (int r0 = 0; r0 < kRows; r0 += rows) s = dense_chain4(a + r0, w + tid * pitch + r0, min(rows, kRows - r0), s);
+    } else if (mode == 5) {
+      s = dense_chain4(a, w + tid * kPitch, rows_arg, s);
+    } else if (mode == 7) {
+      s = dense_chain4_deep(a, w + tid * kPitch, rows_arg, s);
+    } else if (mode == 8) {
+      s = dense_chain4(a, w + tid * prm.pitch[layer], rows_arg, s);
     } else {
       s = dense_chain4(a, w + tid * kPitch, kRows, s);
     }
@@ -119,13 +130,13 @@ int main() {
     prm.rows[i] = 68;
     prm.pitch[i] = kPitch;
   }
-  const char* names[] = {"parked", "exited", "spin", "tma", "consts"};
+  const char* names[] = {"parked", "exited", "spin", "tma", "consts", "runtime", "15units", "deep", "pitchprm"};
   for (int threads : {1024, 128}) {
-    for (int m = 0; m < 5; ++m) {
+    for (int m = 0; m < 9; ++m) {
       if (threads == 128 && m != 1) continue;
       std::vector<long long> v;
       for (int rep = 0; rep < 21; ++rep) {
-        probe<<<1, threads, smem>>>(prm, w, m, rep % 3, out, sink);
+        probe<<<1, threads, smem>>>(prm, w, m, rep % 3, kRows, out, sink);
         CK(cudaGetLastError());
         long long c = 0;
         CK(cudaMemcpy(&c, out, sizeof(c), cudaMemcpyDeviceToHost));
