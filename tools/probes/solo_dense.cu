@@ -14,8 +14,8 @@
 //   15units  15 units on one warp (a cluster block's share of f5), the rest parked
 //   deep     dense_chain4_deep (16 steps in flight), rows as a kernel argument
 //   pitchprm the pitch read from the parameters (indexed), rows as a kernel argument, one call
-// docs/perf-fused-gpu.md ("Session 15") has the numbers: 6.4-6.6 cycles a row in every setting but
-// consts (12.5): the loop itself is not slow, and no setting here reproduces the kernels' rate.
+// docs/perf-fused-gpu.md ("Session 15") has the numbers: 6.6-7.4 cycles a row for 120 units (12 for
+// consts), 4.8 for 15; the cluster kernel's own f5 sums, clocked alone in its trace build, 5.8-6.1.
 // Rows cost = cycles / 400; floor: 4 cycles a row (the dependent FMA).
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I. tools/probes/solo_dense.cu -o /tmp/solo_dense && /tmp/solo_dense
 #include <algorithm>

@@ -46,9 +46,36 @@ __device__ __forceinline__ unsigned long long global_ns() {
   do {                                                                                             \
     if (threadIdx.x == 0 && blockIdx.x == 0 && s_trace_count < 64) { s_trace_clock[s_trace_count] = clock64(); s_trace[s_trace_count++] = global_ns(); } \
   } while (0)
+// Session 15: the SM cycles of thread 0's dense sums alone (each chain call of block 0's thread 0),
+// against tools/probes/solo_dense.cu's cycles for the same loop on its own. The sum is stored before
+// the second clock read, so the read waits for the chain.
+__shared__ long long s_chain_cycles[16];
+__shared__ int s_chain_rows[16], s_chain_count;
+__shared__ float s_chain_sink;
+__device__ __forceinline__ long long chain_clock() {
+  long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
+  return t;
+}
+#define CHAIN_CLOCK_BEGIN() const long long chain_t0_ = chain_clock()
+#define CHAIN_CLOCK_END(sum, rows)                                   \
+  do {                                                               \
+    if (threadIdx.x == 0 && blockIdx.x == 0 && s_chain_count < 16) { \
+      s_chain_sink = (sum);                                          \
+      const long long chain_t1_ = chain_clock();                     \
+      s_chain_cycles[s_chain_count] = chain_t1_ - chain_t0_;         \
+      s_chain_rows[s_chain_count++] = (rows);                        \
+    }                                                                \
+  } while (0)
 #else
 #define TRACE_STAMP() \
   do {                \
+  } while (0)
+#define CHAIN_CLOCK_BEGIN() \
+  do {                      \
+  } while (0)
+#define CHAIN_CLOCK_END(sum, rows) \
+  do {                             \
   } while (0)
 #endif
 
@@ -164,8 +191,10 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
           const int u = int(threadIdx.x);
           float v = 0.0f;
           if (u < sh.u1) {
+            CHAIN_CLOCK_BEGIN();
             const float s = kCluster && p.dense_pipelined == 2 ? dense_chain4_deep(a, w + u * sh.pitch, rows, bias[u])
                                                    : dense_chain4(a, w + u * sh.pitch, rows, bias[u]);
+            CHAIN_CLOCK_END(s, rows);
             v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
           }
           TRACE_STAMP();  // the last layer's sums (trace builds: where f7's 1.3 us go)
@@ -178,9 +207,11 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
         float s = j == 0 ? bias[u] : acc[u];
         if constexpr (kCluster) {  // unit-major slices (DenseShare::unit_major is size > 1)
           const float* wu = w + (u - sh.u0) * sh.pitch;
+          CHAIN_CLOCK_BEGIN();
           s = p.dense_pipelined == 2 ? dense_chain4_deep(a + r0, wu, rows, s)
               : p.dense_pipelined    ? dense_chain4(a + r0, wu, rows, s)
                                      : dense_chain<false>(a + r0, wu, 1, rows, s);
+          CHAIN_CLOCK_END(s, rows);
         } else {
           s = p.dense_pipelined ? dense_chain<true>(a + r0, w + u, sh.cols, rows, s)
                                 : dense_chain<false>(a + r0, w + u, sh.cols, rows, s);
@@ -219,7 +250,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
   // This launch's number: every earlier launch's count is in (the stream orders the launches).
   const unsigned trace_launch = *static_cast<volatile unsigned*>(&g_trace_launches);
   if (threadIdx.x == 0 && blockIdx.x < kTraceBlocks) g_block_entry[trace_launch & 1][blockIdx.x] = global_ns();
-  if (threadIdx.x == 0) s_trace_count = 0;
+  if (threadIdx.x == 0) s_trace_count = s_chain_count = 0;
 #endif
   TRACE_STAMP();
   const Team<kCluster> team;
@@ -389,6 +420,8 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
       for (int i = 1; i < s_trace_count; ++i) printf(" %llu", s_trace[i] - s_trace[0]);
       printf("\nimage_chain trace, SM cycles since entry:");
       for (int i = 1; i < s_trace_count; ++i) printf(" %llu", s_trace_clock[i] - s_trace_clock[0]);
+      printf("\nimage_chain dense sums of thread 0 (cycles/rows):");
+      for (int i = 0; i < s_chain_count; ++i) printf(" %lld/%d", s_chain_cycles[i], s_chain_rows[i]);
       printf("\n");
     } else if (done == 2001u) {  // the 2,000th launch's blocks, in ns from its block 0's entry
       const unsigned long long* in = g_block_entry[0];
