@@ -10,7 +10,7 @@
 //   tma4   B / 4 KB bulk copies of 4 KB
 //   cpasync  16-byte cp.async by 1,024 threads, then wait and a barrier
 //   ldg    float4 loads by 1,024 threads into registers (4 in flight each), stored to shared memory
-//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/smem_ingest.cu -o /tmp/ingest && /tmp/ingest
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. tools/probes/smem_ingest.cu -o /tmp/ingest && /tmp/ingest
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -18,22 +18,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "tools/probes/probe_support.cuh"
 
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ unsigned saddr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-
 __global__ void __launch_bounds__(1024, 1) ingest(const float* __restrict__ src, int bytes, int method, int chunk,
                                                   unsigned long long* out, float* sink) {
   extern __shared__ __align__(128) float smem[];
@@ -41,26 +32,7 @@ __global__ void __launch_bounds__(1024, 1) ingest(const float* __restrict__ src,
   const unsigned long long t0 = now_ns();
   const float* mine = src + size_t(blockIdx.x) * (bytes / 4);
   if (method <= 2) {
-    if (threadIdx.x == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&bar)) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&bar)), "r"(bytes) : "memory");
-      for (int off = 0; off < bytes; off += chunk) {
-        const int n = min(chunk, bytes - off);
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         saddr(reinterpret_cast<char*>(smem) + off)),
-                     "l"(reinterpret_cast<const char*>(mine) + off), "r"(n), "r"(saddr(&bar))
-                     : "memory");
-      }
-      for (;;) {
-        unsigned done;
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(saddr(&bar))
-                     : "memory");
-        if (done) break;
-      }
-    }
+    if (threadIdx.x == 0) bulk_fill(smem, mine, bytes, chunk, &bar);
     __syncthreads();
   } else if (method == 3) {
     for (int i = threadIdx.x * 4; i < bytes / 4; i += blockDim.x * 4) __pipeline_memcpy_async(smem + i, mine + i, 16);

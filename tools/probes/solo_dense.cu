@@ -24,15 +24,7 @@
 #include <vector>
 
 #include "engine/custom/fused/dense_steps.cuh"
-
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "tools/probes/probe_support.cuh"
 
 using engine::custom::fused::dense_chain4;
 using engine::custom::fused::dense_chain4_deep;
@@ -42,8 +34,6 @@ struct Params {
   int rows[16];
   int pitch[16];
 };
-
-__device__ __forceinline__ unsigned saddr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 
 __global__ void __launch_bounds__(1024, 1) probe(const __grid_constant__ Params prm, const float* __restrict__ w_global,
                                                  int mode, int layer, int rows_arg, long long* out, float* sink) {
@@ -56,36 +46,15 @@ __global__ void __launch_bounds__(1024, 1) probe(const __grid_constant__ Params 
   if (mode != 3) {
     for (int i = tid; i < kUnits * kPitch; i += blockDim.x) w[i] = w_global[i];
   } else if (tid == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&bar)) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    const unsigned bytes = kUnits * kPitch * 4;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&bar)), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     saddr(w)),
-                 "l"(w_global), "r"(bytes), "r"(saddr(&bar))
-                 : "memory");
-    for (;;) {
-      unsigned done;
-      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                   : "=r"(done)
-                   : "r"(saddr(&bar))
-                   : "memory");
-      if (done) break;
-    }
+    bulk_fill(w, w_global, kUnits * kPitch * 4, kUnits * kPitch * 4, &bar);
   }
   if (tid == 0) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&never)) : "memory");
   __syncthreads();
   if (warp >= 4) {
     if (mode == 1) return;
     if (mode == 2 && tid == 992) {
-      for (int polls = 0; polls < 20000; ++polls) {
-        unsigned done;
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(saddr(&never))
-                     : "memory");
-        if (done || *static_cast<volatile float*>(sink) == 1.0f) break;
-      }
+      for (int polls = 0; polls < 20000; ++polls)
+        if (phase0_done(&never) || *static_cast<volatile float*>(sink) == 1.0f) break;
     }
     asm volatile("bar.sync 1, 1024;" ::: "memory");
     return;
