@@ -193,19 +193,25 @@ TEST(CustomFused, BitwiseEqualAcrossBatchSplits) {
   }
 }
 
-// ENGINE_FUSED_IMAGE_HANDOFF=barrier for one scope: the image chain's clusters hand each layer over
-// with a cluster barrier instead of st.async + mbarrier (the default).
-class ScopedBarrierHandoff {
+// One of the image chain's A/B switches set for one scope: ENGINE_FUSED_IMAGE_HANDOFF=barrier (the
+// clusters hand each layer over with a cluster barrier instead of st.async + mbarrier),
+// ENGINE_FUSED_IMAGE_CONV_SPLIT=N and ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N (which conv layers of
+// which clusters take items of one output channel; N=0 items: none).
+class ScopedImageSwitch {
  public:
-  ScopedBarrierHandoff() { setenv("ENGINE_FUSED_IMAGE_HANDOFF", "barrier", 1); }
-  ~ScopedBarrierHandoff() { unsetenv("ENGINE_FUSED_IMAGE_HANDOFF"); }
+  ScopedImageSwitch(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedImageSwitch() { unsetenv(name_); }
+
+ private:
+  const char* name_;
 };
 
 // The image chain (small batches) and the tiled kernels give the same bits for the same images: the
 // same summation order per output, the same activation and softmax code. Forced both ways on the
 // same images of every random chain: 97 images (one image per block), 33 (clusters of 4 blocks per
 // image on a 132-SM GPU), 5 and 1 (clusters of 8), each against the tiled kernels' first images;
-// the clusters both with the asynchronous hand-offs between layers and with cluster barriers.
+// the clusters with the asynchronous hand-offs between layers, with conv items of two channels
+// only, of one channel everywhere, and with cluster barriers.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
@@ -241,7 +247,16 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
       }
     };
     for (int batch : {n, 33, 5, 1}) compare(batch, "asynchronous");
-    ScopedBarrierHandoff barrier;
+    {
+      ScopedImageSwitch two_channels("ENGINE_FUSED_IMAGE_CONV_SPLIT", "0");
+      for (int batch : {33, 1}) compare(batch, "asynchronous, two-channel conv items");
+    }
+    {
+      ScopedImageSwitch any_items("ENGINE_FUSED_IMAGE_CONV_SPLIT", "1000000");
+      ScopedImageSwitch any_cluster("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", "2");
+      for (int batch : {33, 1}) compare(batch, "asynchronous, one-channel conv items everywhere");
+    }
+    ScopedImageSwitch barrier("ENGINE_FUSED_IMAGE_HANDOFF", "barrier");
     for (int batch : {33, 5}) compare(batch, "cluster-barrier");
   }
 }

@@ -98,9 +98,15 @@ __device__ __forceinline__ float pool_2x2(float a, float b, bool left_lane, bool
 // other groups at the same columns read the same input words (a broadcast), so a warp's reads span
 // fewer rows and meet less often on a bank (LeNet-5 at batch 1,024, Nsight Compute: 4.06 M -> 0.74 M
 // shared-load bank conflicts, 120 -> 110 us; docs/perf-fused-gpu.md, session 14). Same sums.
-template <int K, int OCB, int YB, bool kGroupsInner = false, class Store = LocalStore>
+// OCU < OCB (the image chain's clusters at batch 1, session 16): an item computes OCU of its
+// group's OCB channels (weights still packed for OCB), so a layer has OCB / OCU times the items,
+// each a shorter chain of instructions and fewer outputs to activate and send; the channel index
+// goes with the group (group-major), and every output's sum runs in the same order.
+template <int K, int OCB, int YB, bool kGroupsInner = false, class Store = LocalStore, int OCU = OCB>
 __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ staged, float* smem, int T,
                            Store store = {}, int part = 0, int parts = 1) {
+  static_assert(OCB % OCU == 0, "an item's channels divide its group's");
+  constexpr int kSplit = OCB / OCU;
   const SmemTensor& I = L.in;
   const SmemTensor& O = L.out;
   const bool pooled = L.pool != SpatialOp::Conv;
@@ -110,7 +116,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
   const int OC = O.channels, C = I.channels;
   const int SW = L.stride_w, pitch = I.pitch;
   const int strips = (OH + YB - 1) / YB;
-  const int groups = L.oc_padded / OCB;
+  const int groups = L.oc_padded / OCB * kSplit;  // of OCU channels each
   const int total = T * groups * strips * OW;
   const int rounded = (total + 31) / 32 * 32;
   const Divisor by_ow(OW), by_strips(strips), by_groups(groups);
@@ -138,18 +144,20 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
       g = r2 - t * groups;
     }
     const int oy0 = strip * YB;
+    const int c0 = g * OCU;  // the item's first output channel (g counts groups of OCU)
 
-    float acc[OCB][YB];
+    float acc[OCU][YB];
 #pragma unroll
-    for (int o = 0; o < OCB; ++o) {
-      const float b = bias[g * OCB + o];
+    for (int o = 0; o < OCU; ++o) {
+      const float b = bias[c0 + o];
 #pragma unroll
       for (int y = 0; y < YB; ++y) acc[o][y] = b;
     }
     // Padded coordinates: output row oy reads buffer rows oy .. oy + KH - 1 (the buffer holds the
     // convolution's padding as zeros).
     const float* in0 = smem + I.off + t * I.image + oy0 * pitch + ox * SW;
-    const float* w0 = weights + g * (C * K * K * OCB);
+    // The packed group's weights ([group][c][ky][kx][OCB]), from this item's first channel in it.
+    const float* w0 = weights + (g / kSplit) * (C * K * K * OCB) + (g % kSplit) * OCU;
     for (int c = 0; c < C; ++c) {
       const float* ic = in0 + c * I.channel;
       const float* wc = w0 + c * (K * K * OCB);
@@ -160,10 +168,15 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
         for (int i = 0; i < YB + K - 1; ++i) v[i] = ic[i * pitch + kx];
 #pragma unroll
         for (int ky = 0; ky < K; ++ky) {
-          float w[OCB];
-          load_weight_row<OCB>(wc + (ky * K + kx) * OCB, w);
+          float w[OCU];
+          if constexpr (OCU == OCB) {
+            load_weight_row<OCB>(wc + (ky * K + kx) * OCB, w);
+          } else {
 #pragma unroll
-          for (int o = 0; o < OCB; ++o)
+            for (int o = 0; o < OCU; ++o) w[o] = wc[(ky * K + kx) * OCB + o];
+          }
+#pragma unroll
+          for (int o = 0; o < OCU; ++o)
 #pragma unroll
             for (int y = 0; y < YB; ++y) acc[o][y] = fmaf(w[o], v[y + ky], acc[o][y]);
         }
@@ -177,8 +190,8 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
       const int px = ox >> 1, py0 = oy0 >> 1;
       float* out = smem + O.off + t * O.image + (py0 + O.pad_top) * O.pitch + px + O.pad_left;
 #pragma unroll
-      for (int o = 0; o < OCB; ++o) {
-        const int oc = g * OCB + o;
+      for (int o = 0; o < OCU; ++o) {
+        const int oc = c0 + o;
 #pragma unroll
         for (int y = 0; y < YB / 2; ++y) {
           float a = acc[o][2 * y], b = acc[o][2 * y + 1];
@@ -195,8 +208,8 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
       if (!valid) continue;
       float* out = smem + O.off + t * O.image + (oy0 + O.pad_top) * O.pitch + ox + O.pad_left;
 #pragma unroll
-      for (int o = 0; o < OCB; ++o) {
-        const int oc = g * OCB + o;
+      for (int o = 0; o < OCU; ++o) {
+        const int oc = c0 + o;
         if (oc >= OC) break;
 #pragma unroll
         for (int y = 0; y < YB; y += 2) apply_epilogue2(acc[o][y], acc[o][y + 1], epi);

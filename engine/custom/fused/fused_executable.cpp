@@ -29,8 +29,10 @@ int env_int(const char* name, int fallback) {
 // the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3, the default, 16 in
 // clusters), and
 // ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
-// hand-offs, and ENGINE_FUSED_IMAGE_FLATTEN=copy the conv-to-dense copy instead of the planned
-// in-place read, for benchmarks and tests; the bits are the same either way.
+// hand-offs, ENGINE_FUSED_IMAGE_FLATTEN=copy the conv-to-dense copy instead of the planned
+// in-place read, and ENGINE_FUSED_IMAGE_CONV_SPLIT=N / ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N which
+// clusters' conv layers take one-channel items (ImageChainParams), for benchmarks and tests; the
+// bits are the same either way.
 constexpr int kImageImagesPerSm = 12;
 
 class FusedExecutable final : public gpu::GpuExecutable {
@@ -120,17 +122,28 @@ class FusedExecutable final : public gpu::GpuExecutable {
         plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 3), 1, 3) - 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
           plan_.image.handoff_async = 0;
+        plan_.image.conv_split_items = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT", plan_.image.conv_split_items);
+        plan_.image.conv_split_blocks = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", plan_.image.conv_split_blocks);
         // ENGINE_FUSED_IMAGE_FLATTEN=copy: the conv-to-dense copy back in place of the planned
         // in-place flatten (same layout, same bits; for A/B).
         if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_FLATTEN"); f && std::string(f) == "copy")
           plan_.image.flatten_in_place = 0;
+        // Clusters of 8 blocks (the largest; an image per 8 SMs) take conv items of one output
+        // channel where a block's items then fit its threads (image_chain.cu's split_conv_items).
+        const bool split = plan_.image.has_conv && plan_.image.conv_split_items > 0 &&
+                           image_cluster_ >= std::max(2, plan_.image.conv_split_blocks);
+        const std::string split_text =
+            split ? fmt::format("; clusters of {}+ blocks split conv items to one output channel where a block's "
+                                "items then fit its {} threads",
+                                std::max(2, plan_.image.conv_split_blocks), std::min(kImageThreads, plan_.image.conv_split_items))
+                  : "";
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "
-            "{}{}; the same bits as the kernels above",
+            "{}{}{}; the same bits as the kernels above",
             image_max_, kImageThreads, double(bytes) / 1024, per_sm, kImageOcb, kImageRowsPerThread,
             kImageSliceFloats * 4 / 1024, cluster_text(),
-            plan_.image.flatten_in_place ? "; the first dense layer reads the conv output in place" : ""));
+            plan_.image.flatten_in_place ? "; the first dense layer reads the conv output in place" : "", split_text));
       } else {
         plan_.summary.push_back(fmt::format("no image chain: a block with {} KiB of shared memory cannot be resident",
                                             bytes / 1024));

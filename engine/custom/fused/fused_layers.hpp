@@ -157,6 +157,12 @@ struct ImageChainParams {
   // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
   // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.
   int handoff_async = 1;
+  // Clusters of at least conv_split_blocks blocks: a conv layer's items are of one output channel
+  // instead of kImageOcb (conv_tiled's OCU) when a block then has at most conv_split_items of them
+  // (image_chain.cu's split_conv_items; ENGINE_FUSED_IMAGE_CONV_SPLIT=N and
+  // ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N for A/B, N=0 items: never). Same sums, same bits.
+  int conv_split_items = kImageThreads;
+  int conv_split_blocks = 8;
   // The first dense layer's input row is the last conv layer's output buffer itself (the plan's
   // choice, fused_plan.cpp); 0: the kernel copies it there (ENGINE_FUSED_IMAGE_FLATTEN=copy).
   int flatten_in_place = 0;

@@ -97,10 +97,34 @@ namespace cg = cooperative_groups;
 // conflicts, batch 1,024 120 -> 110 us.
 // A cluster keeps strips inside groups: batch 1 was not faster that way (docs/perf-fused-gpu.md,
 // session 14), and its work splits between blocks in contiguous ranges of items either way.
+// A cluster's blocks take conv items of one output channel instead of kImageOcb (conv_tiled's OCU:
+// twice the items, each with half the FMAs, activations and sends) where that paid on the H100
+// (session 16, docs/perf-fused-gpu.md): in clusters of at least ImageChainParams::conv_split_blocks
+// blocks (an image spread over 8 SMs, whose threads mostly idle: batch 1 and 4 -0.25 to -0.45 us
+// in three calls), for the layers whose split items fit one round of a block's threads
+// (conv_split_items). In clusters of 4 and 2 (batches of 16 and 64) the split lost 1 to 2.5 us:
+// there the block's warps are busy enough that the extra loads cost more than the shorter chains save.
+__device__ __forceinline__ bool split_conv_items(const SpatialLayer& L, int blocks, int most_items, int fewest_blocks) {
+  if (blocks < fewest_blocks) return false;
+  const int oh = L.pool != SpatialOp::Conv ? L.conv_out_h : L.out.height;
+  const int ow = L.pool != SpatialOp::Conv ? L.conv_out_w : L.out.width;
+  const int items = L.oc_padded / kImageOcb * 2 * ((oh + kImageRowsPerThread - 1) / kImageRowsPerThread) * ow;
+  const int per_block = (items + 32 * blocks - 1) / (32 * blocks) * 32;  // whole warps, as conv_tiled's WorkRange
+  return per_block <= most_items;
+}
+
 template <bool kCluster, class Store>
 __device__ void run_conv_image(const SpatialLayer& L, const float* staged, float* smem, const Team<kCluster>& team,
-                               Store st) {
+                               Store st, const ImageChainParams& p) {
   constexpr bool kGroupsInner = !kCluster;
+  if (kCluster && split_conv_items(L, team.size, p.conv_split_items, p.conv_split_blocks)) {
+    switch (L.variant) {
+      case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size); return;
+      case ConvVariant::K3_2: conv_tiled<3, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size); return;
+      case ConvVariant::K5_2: conv_tiled<5, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size); return;
+      default: break;
+    }
+  }
   switch (L.variant) {
     case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size); break;
     case ConvVariant::K3_2: conv_tiled<3, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size); break;
@@ -335,7 +359,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
         const SpatialLayer& L = cp.layers[l];
         if (async && !L.out.zero_fill) {
           const AsyncClusterStore ast{team.size, smem_addr(&s_handoff[l])};
-          if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, ast);
+          if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, ast, p);
           else pool_layer(L, smem, 1, ast, team.rank, team.size);
           TRACE_STAMP();
           handoff_wait(l, parity);
@@ -347,7 +371,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
           zero_buffer(smem, L.out, 1);
           team.sync();  // zeros everywhere before any block stores into the buffer
         }
-        if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, st);
+        if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, st, p);
         else pool_layer(L, smem, 1, st, team.rank, team.size);
         TRACE_STAMP();
         team.sync();
