@@ -22,14 +22,7 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "probe_support.cuh"  // CK
 
 constexpr int kH = 14, kW = 14, kC = 8;          // input, channels-last, 6 real channels
 constexpr int kOH = 10, kOW = 10, kOC = 16, kK = 5;

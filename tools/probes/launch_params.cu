@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "tools/probes/probe_support.cuh"
+#include "probe_support.cuh"
 
 template <int kBytes>
 struct Params {

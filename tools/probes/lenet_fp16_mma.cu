@@ -56,14 +56,7 @@
 #endif
 #include <cstring>
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "probe_support.cuh"  // CK
 
 constexpr int kWarps = 4;
 constexpr int kIn = 32;                    // input [32][32] fp32 (28x28 padded by 2)

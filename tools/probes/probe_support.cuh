@@ -1,5 +1,5 @@
 #pragma once
-// What the session-15 probes share (smem_ingest.cu, solo_dense.cu): a CUDA error check that exits,
+// What the probes share (every tools/probes/*.cu includes it for CK): a CUDA error check that exits,
 // shared-memory addresses for inline PTX, and one thread's TMA fill of shared memory (bulk copies
 // counted on an mbarrier, waited for). Standalone: each probe builds with nvcc alone.
 #include <cstdio>

@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "tools/probes/probe_support.cuh"
+#include "probe_support.cuh"
 
 __device__ __forceinline__ unsigned long long now_ns() {
   unsigned long long t;

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "engine/custom/fused/dense_steps.cuh"
-#include "tools/probes/probe_support.cuh"
+#include "probe_support.cuh"
 
 using engine::custom::fused::dense_chain4;
 using engine::custom::fused::dense_chain4_deep;
