@@ -56,7 +56,16 @@
 #endif
 #include <cstring>
 
-#include "probe_support.cuh"  // CK
+// Its own CK, not probe_support.cuh: tests/python/test_probes.py builds this file alone for the host
+// (-DLENET_EMULATE, and a mutated copy in a temporary directory).
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
 
 constexpr int kWarps = 4;
 constexpr int kIn = 32;                    // input [32][32] fp32 (28x28 padded by 2)

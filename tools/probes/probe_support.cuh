@@ -1,7 +1,8 @@
 #pragma once
-// What the probes share (every tools/probes/*.cu includes it for CK): a CUDA error check that exits,
-// shared-memory addresses for inline PTX, and one thread's TMA fill of shared memory (bulk copies
-// counted on an mbarrier, waited for). Standalone: each probe builds with nvcc alone.
+// What the probes share (every tools/probes/*.cu but lenet_fp16_mma.cu, which a test builds alone
+// for the host): a CUDA error check that exits, shared-memory addresses for inline PTX, and one
+// thread's TMA fill of shared memory (bulk copies counted on an mbarrier, waited for). Standalone:
+// each probe builds with nvcc alone.
 #include <cstdio>
 #include <cstdlib>
 
