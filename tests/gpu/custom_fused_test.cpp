@@ -211,7 +211,8 @@ class ScopedImageSwitch {
 // same images of every random chain: 97 images (one image per block), 33 (clusters of 4 blocks per
 // image on a 132-SM GPU), 5 and 1 (clusters of 8), each against the tiled kernels' first images;
 // the clusters with the asynchronous hand-offs between layers, with conv items of two channels
-// only, of one channel everywhere, and with cluster barriers.
+// only, of one channel everywhere, with each dense unit's chunks summed in one thread instead of one
+// warp per chunk, and with cluster barriers.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
@@ -250,6 +251,10 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
     {
       ScopedImageSwitch two_channels("ENGINE_FUSED_IMAGE_CONV_SPLIT", "0");
       for (int batch : {33, 1}) compare(batch, "asynchronous, two-channel conv items");
+    }
+    {
+      ScopedImageSwitch one_thread("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", "0");
+      for (int batch : {5, 1}) compare(batch, "asynchronous, each unit's dense chunks in one thread");
     }
     {
       ScopedImageSwitch any_items("ENGINE_FUSED_IMAGE_CONV_SPLIT", "1000000");
@@ -419,6 +424,53 @@ TEST(CustomFusedPlan, ImageChainBuffersAreVectorAligned) {
   const fz::FusedPlan& plan = std::get<fz::FusedPlan>(planned);
   EXPECT_FALSE(plan.has_image);
   EXPECT_TRUE(contains(plan.image_why, "dense layer 0 has 2100 units")) << plan.image_why;
+}
+
+// Every dense layer's chunks (DenseLayer::chunk_rows, the summation order of every fused kernel):
+// multiples of 4 rows, at least 16 unless the layer is shorter, at most 8 of them by default, one
+// (the plain order) with ENGINE_FUSED_DENSE_CHUNKS=1; the image chain's chunk buffers inside its
+// shared memory; the plan summary states them. Host-only: runs everywhere.
+TEST(CustomFusedPlan, DenseChunksCoverEveryRowInOrder) {
+  namespace fz = engine::custom::fused;
+  const fz::DeviceShape device{132, 227 * 1024};
+  int chunked = 0;
+  for (uint32_t i = 0; i < 80; ++i) {
+    auto model = random_chain(9800 + i);
+    SCOPED_TRACE(model->name);
+    auto planned = fz::plan_fused(engine::plan_graph(model), device);
+    if (!std::holds_alternative<fz::FusedPlan>(planned)) continue;
+    const fz::FusedPlan& plan = std::get<fz::FusedPlan>(planned);
+    for (int l = 0; plan.has_dense && l < plan.dense.layer_count; ++l) {
+      const fz::DenseLayer& L = plan.dense.layers[l];
+      const int chunks = (L.in_padded + L.chunk_rows - 1) / L.chunk_rows;
+      EXPECT_EQ(L.chunk_rows % 4, 0) << "layer " << l;
+      EXPECT_LE(L.chunk_rows, L.in_padded) << "layer " << l;
+      EXPECT_TRUE(L.chunk_rows >= 16 || L.chunk_rows == L.in_padded) << "layer " << l << ": " << L.chunk_rows;
+      EXPECT_LE(chunks, 8) << "layer " << l;
+      if (plan.has_image) EXPECT_EQ(plan.image.dense.layers[l].chunk_rows, L.chunk_rows) << "layer " << l;
+      chunked += chunks > 1;
+    }
+    if (plan.has_image && plan.image.has_dense) {
+      EXPECT_EQ(plan.image.acc_chunk_off % 4, 0);
+      EXPECT_LE(int64_t(plan.image.partial_off) + fz::kImageThreads, int64_t(plan.image.smem_floats));
+    }
+  }
+  EXPECT_GT(chunked, 20) << "too few random dense layers were summed in chunks";
+
+  auto lenet = testing_support::lenet_like_model({});
+  auto planned = fz::plan_fused(engine::plan_graph(lenet), device);
+  ASSERT_TRUE(std::holds_alternative<fz::FusedPlan>(planned));
+  std::string summary;
+  for (const std::string& line : std::get<fz::FusedPlan>(planned).summary) summary += line + "\n";
+  EXPECT_TRUE(contains(summary, "dense 400 -> 120")) << summary;
+  EXPECT_TRUE(contains(summary, "(sums in 8 chunks of 52 rows, added in order)")) << summary;
+
+  setenv("ENGINE_FUSED_DENSE_CHUNKS", "1", 1);
+  auto plain = fz::plan_fused(engine::plan_graph(lenet), device);
+  unsetenv("ENGINE_FUSED_DENSE_CHUNKS");
+  ASSERT_TRUE(std::holds_alternative<fz::FusedPlan>(plain));
+  const fz::DenseChainParams& d = std::get<fz::FusedPlan>(plain).dense;
+  for (int l = 0; l < d.layer_count; ++l) EXPECT_EQ(d.layers[l].chunk_rows, d.layers[l].in_padded) << "layer " << l;
 }
 
 // The core planner's arena for the fused plan holds only what the kernels read and write.

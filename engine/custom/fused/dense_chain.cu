@@ -5,7 +5,7 @@
 //
 // Version 1: each thread computes 4 images x 4 units (16 accumulators). Per 4 steps of k it reads 4
 // float4 of activations (the same addresses for the lanes of a warp: broadcasts) and 4 float4 of
-// weights (consecutive lanes, consecutive units: coalesced), and does 64 FMAs. Sums run in k order.
+// weights (consecutive lanes, consecutive units: coalesced), and does 64 FMAs. Sums run in k order within each chunk of rows (DenseLayer::chunk_rows; session 17).
 // Nsight Compute (v5 conv chain, H200): warps waited 6.9 of 13.4 cycles per instruction on L1TEX:
 // three blocks per SM leave ~23 KB of L1 for f5's 192 KB of weights, and the tile's 8 image groups
 // each ask L2 for them.
@@ -22,6 +22,30 @@
 
 namespace engine::custom::fused {
 namespace {
+
+// part[i][j] += image i's activations times unit j's weights, four k steps (kk ascending).
+__device__ __forceinline__ void fma_4x4(const float4 (&a)[4], const float4 (&wk)[4], float (&part)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float av[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      part[i][0] = fmaf(av[kk], wk[kk].x, part[i][0]);
+      part[i][1] = fmaf(av[kk], wk[kk].y, part[i][1]);
+      part[i][2] = fmaf(av[kk], wk[kk].z, part[i][2]);
+      part[i][3] = fmaf(av[kk], wk[kk].w, part[i][3]);
+    }
+  }
+}
+
+// A finished chunk into the running sums: chunk 0 already holds the bias (acc = part), a later one
+// is added (__fadd_rn: never contracted into an FMA).
+__device__ __forceinline__ void add_chunk(float (&acc)[4][4], const float (&part)[4][4], bool first) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = first ? part[i][j] : __fadd_rn(acc[i][j], part[i][j]);
+}
 
 // Over the tile's real images only (rounded up to 4: rows past them hold zeros or finite junk and
 // are never stored to global memory).
@@ -41,25 +65,26 @@ __device__ void dense_layer(const DenseLayer& L, float* smem, int images) {
     }
     const float* a0 = smem + L.in_off + 4 * t4 * L.in_pitch;
     const float4* w = reinterpret_cast<const float4*>(L.weight_t) + u4;
-    // Four k-steps' loads in flight: at small batches a thread's weight loads from L2 are the latency.
+    // Chunk by chunk (DenseLayer::chunk_rows): chunk 0 continues the bias, each later one is summed
+    // from zero in `part` and added in order.
+    for (int c0 = 0; c0 < L.in_padded; c0 += L.chunk_rows) {
+      const int c1 = min(L.in_padded, c0 + L.chunk_rows);
+      float part[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) part[i][j] = c0 == 0 ? acc[i][j] : 0.0f;
+      // Four k-steps' loads in flight: at small batches a thread's weight loads from L2 are the latency.
 #pragma unroll 4
-    for (int k = 0; k < L.in_padded; k += 4) {
-      float4 a[4], wk[4];
+      for (int k = c0; k < c1; k += 4) {
+        float4 a[4], wk[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + k);
+        for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + k);
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wk[kk] = __ldg(w + (k + kk) * w_stride);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float av[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          acc[i][0] = fmaf(av[kk], wk[kk].x, acc[i][0]);
-          acc[i][1] = fmaf(av[kk], wk[kk].y, acc[i][1]);
-          acc[i][2] = fmaf(av[kk], wk[kk].z, acc[i][2]);
-          acc[i][3] = fmaf(av[kk], wk[kk].w, acc[i][3]);
-        }
+        for (int kk = 0; kk < 4; ++kk) wk[kk] = __ldg(w + (k + kk) * w_stride);
+        fma_4x4(a, wk, part);
       }
+      add_chunk(acc, part, c0 == 0);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -100,6 +125,15 @@ __device__ void dense_layer_staged(const DenseLayer& L, const DenseChainParams& 
       acc[i][0] = b.x; acc[i][1] = b.y; acc[i][2] = b.z; acc[i][3] = b.w;
     }
     const float* a0 = smem + L.in_off + 4 * t4 * L.in_pitch;
+    // The chunk being summed (DenseLayer::chunk_rows): chunk 0 continues the bias in `part`, each
+    // later one starts from zero there; at a chunk's end `part` goes into acc. Chunks and slices
+    // need not line up: `part` carries over a slice's end.
+    float part[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) part[i][j] = acc[i][j];
+    int chunk_end = min(L.chunk_rows, L.in_padded);  // absolute row
     request_rows(L, 0, min(KS, L.in_padded), smem + p.slice_off[0]);
     __pipeline_commit();
     for (int j = 0; j < slices; ++j) {
@@ -110,23 +144,24 @@ __device__ void dense_layer_staged(const DenseLayer& L, const DenseChainParams& 
       __syncthreads();           // and everyone's
       if (valid) {
         const float4* w = reinterpret_cast<const float4*>(smem + p.slice_off[j & 1]) + u4;
+        for (int k = 0; k < rows;) {
+          const int stop = min(rows, chunk_end - r0);
 #pragma unroll 4
-        for (int k = 0; k < rows; k += 4) {
-          float4 a[4], wk[4];
+          for (; k < stop; k += 4) {
+            float4 a[4], wk[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + r0 + k);
+            for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(a0 + i * L.in_pitch + r0 + k);
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) wk[kk] = w[(k + kk) * unit_groups];
+            for (int kk = 0; kk < 4; ++kk) wk[kk] = w[(k + kk) * unit_groups];
+            fma_4x4(a, wk, part);
+          }
+          if (r0 + k == chunk_end) {
+            add_chunk(acc, part, chunk_end <= L.chunk_rows);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float av[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-              acc[i][0] = fmaf(av[kk], wk[kk].x, acc[i][0]);
-              acc[i][1] = fmaf(av[kk], wk[kk].y, acc[i][1]);
-              acc[i][2] = fmaf(av[kk], wk[kk].z, acc[i][2]);
-              acc[i][3] = fmaf(av[kk], wk[kk].w, acc[i][3]);
-            }
+              for (int jj = 0; jj < 4; ++jj) part[i][jj] = 0.0f;
+            chunk_end = min(chunk_end + L.chunk_rows, L.in_padded);
           }
         }
       }

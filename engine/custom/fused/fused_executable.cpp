@@ -118,10 +118,14 @@ class FusedExecutable final : public gpu::GpuExecutable {
         }
         multiprocessors_ = device.multiprocessors;
         // ENGINE_FUSED_IMAGE_DENSE: 1 the plain loop, 2 operands 8 steps ahead, 3 (default) 16 steps
-        // ahead in a cluster's unit-major chains (one block per image: 8 either way).
+        // ahead in a cluster's chunk warps (the one-thread-per-unit chunked loops: 16 in a cluster,
+        // 8 with one block per image, either way).
         plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 3), 1, 3) - 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
           plan_.image.handoff_async = 0;
+        // ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0: each unit's chunks one after another in one thread
+        // instead of one warp per chunk (same bits; for A/B).
+        plan_.image.dense_parallel = env_int("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", 1) != 0 ? 1 : 0;
         plan_.image.conv_split_items = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT", plan_.image.conv_split_items);
         plan_.image.conv_split_blocks = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", plan_.image.conv_split_blocks);
         // ENGINE_FUSED_IMAGE_FLATTEN=copy: the conv-to-dense copy back in place of the planned
@@ -137,13 +141,21 @@ class FusedExecutable final : public gpu::GpuExecutable {
                                 "items then fit its {} threads",
                                 std::max(2, plan_.image.conv_split_blocks), std::min(kImageThreads, plan_.image.conv_split_items))
                   : "";
+        bool chunked = false;
+        for (int l = 0; plan_.image.has_dense && l < plan_.image.dense.layer_count; ++l)
+          chunked = chunked || plan_.image.dense.layers[l].chunk_rows < plan_.image.dense.layers[l].in_padded;
+        const std::string chunk_text = chunked && image_cluster_ > 1 && plan_.image.dense_parallel
+                                           ? "; clusters sum a dense layer's chunks on one warp each where a block's units "
+                                             "fit one warp and one weight slice"
+                                           : "";
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "
-            "{}{}{}; the same bits as the kernels above",
+            "{}{}{}{}; the same bits as the kernels above",
             image_max_, kImageThreads, double(bytes) / 1024, per_sm, kImageOcb, kImageRowsPerThread,
             kImageSliceFloats * 4 / 1024, cluster_text(),
-            plan_.image.flatten_in_place ? "; the first dense layer reads the conv output in place" : "", split_text));
+            plan_.image.flatten_in_place ? "; the first dense layer reads the conv output in place" : "", split_text,
+            chunk_text));
       } else {
         plan_.summary.push_back(fmt::format("no image chain: a block with {} KiB of shared memory cannot be resident",
                                             bytes / 1024));

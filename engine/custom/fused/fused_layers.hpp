@@ -11,7 +11,7 @@
 //   dense chain: the dense part (dense + activation ..., softmax) for a tile of TM images per block,
 //                activations in shared memory, weights read through L1/L2 as float4 rows.
 // Both accumulate in fp32 in a fixed order (bias first, then input channel / kernel column / kernel
-// row, or k ascending): deterministic, independent of the tile an image lands in.
+// row, or k ascending in chunks: DenseLayer::chunk_rows): deterministic, independent of the tile an image lands in.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -125,6 +125,13 @@ struct DenseLayer {
   const float* bias = nullptr;      // device [units_padded], zero padded (zeros when no bias)
   Epilogue epilogue;
   int slice_rows = 0;  // rows of weight_t per staged slice (the image chain's, or the dense chain v2's)
+  // The summation order of every unit (every kernel, so the same bits): the bias, then rows
+  // [0, chunk_rows) one fmaf per step; each later chunk of chunk_rows rows (the last one ends at
+  // in_padded) summed on its own from zero, one fmaf per step, and added to the running sum in
+  // chunk order. chunk_rows >= in_padded is the plain order (bias, then every k ascending). Chunks
+  // let the image chain sum one unit's chunks on several warps at once (session 17: the dependent
+  // chain of f5's 400 steps was the longest stretch of batch 1). A multiple of 4.
+  int chunk_rows = 0;
 };
 
 struct DenseChainParams {
@@ -150,6 +157,8 @@ struct ImageChainParams {
   DenseChainParams dense;  // tile_images = 1; in_off / out_off: one image's rows, after the conv part
   int slice_off[2] = {0, 0};  // two staged slices of dense weights, kImageSliceFloats each
   int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
+  int acc_chunk_off = 0;      // [units_padded] the unfinished chunk's partial sums (DenseLayer::chunk_rows)
+  int partial_off = 0;        // [kImageThreads] chunk partials between a unit's warps (image_dense.cuh)
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
   int dense_pipelined = 2;    // prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 0 the plain loop (A/B)
@@ -166,6 +175,11 @@ struct ImageChainParams {
   // The first dense layer's input row is the last conv layer's output buffer itself (the plan's
   // choice, fused_plan.cpp); 0: the kernel copies it there (ENGINE_FUSED_IMAGE_FLATTEN=copy).
   int flatten_in_place = 0;
+  // Clusters: a dense layer whose block units fit one warp's lanes and whose weights one slice
+  // sums each unit's chunks (DenseLayer::chunk_rows) on one warp per chunk, then adds them in
+  // order (1); 0 one thread per unit runs its chunks one after another (ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0,
+  // A/B). Same bits either way.
+  int dense_parallel = 1;
 };
 
 // Launchers (conv_chain.cu, dense_chain.cu, image_chain.cu). `blocks` is the persistent grid chosen at plan time;

@@ -310,6 +310,23 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
   }
 }
 
+// A dense layer's chunks (DenseLayer::chunk_rows): about kDenseChunks of them, each a multiple of 4
+// rows and at least 16 (shorter chains save less than the added sums cost); one chunk (the plain
+// order) for layers of at most 16 rows. ENGINE_FUSED_DENSE_CHUNKS=N asks for N (1: the plain order,
+// for A/B; the bits then differ, every kernel still agreeing with every other).
+constexpr int kDenseChunks = 8;
+int chunk_rows_for(int in_padded) {
+  int chunks = kDenseChunks;
+  if (const char* env = std::getenv("ENGINE_FUSED_DENSE_CHUNKS"); env && *env) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end && *end == '\0' && v >= 1 && v <= 1024) chunks = int(v);
+  }
+  if (chunks <= 1) return in_padded;
+  const int rows = std::max(16, round_up((in_padded + chunks - 1) / chunks, 4));
+  return std::min(rows, in_padded);
+}
+
 void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, const DeviceShape& dev, FusedPlan& plan) {
   DenseChainParams& p = plan.dense;
   Epilogue* current = &p.input_epilogue;
@@ -343,6 +360,7 @@ void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, con
     DenseLayer& L = p.layers[l];
     L.in = in_features;
     L.in_padded = round_up(in_features, 4);
+    L.chunk_rows = chunk_rows_for(L.in_padded);
     L.units = node.units;
     L.units_padded = round_up(node.units, 4);
     L.in_pitch = L.in_padded;
@@ -403,9 +421,14 @@ void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, con
                                      staged ? "weights staged through shared memory in slices, cp.async"
                                             : "weights through L1/L2"));
   if (p.input_epilogue.count) plan.summary.push_back("  input" + epilogue_text(p.input_epilogue));
-  for (int l = 0; l < p.layer_count; ++l)
-    plan.summary.push_back(fmt::format("  '{}': dense {} -> {}{}", layers[size_t(l)]->name, p.layers[l].in,
-                                       p.layers[l].units, epilogue_text(p.layers[l].epilogue)));
+  for (int l = 0; l < p.layer_count; ++l) {
+    const DenseLayer& L = p.layers[l];
+    const int chunks = (L.in_padded + L.chunk_rows - 1) / L.chunk_rows;
+    plan.summary.push_back(fmt::format("  '{}': dense {} -> {}{}{}", layers[size_t(l)]->name, L.in, L.units,
+                                       epilogue_text(L.epilogue),
+                                       chunks > 1 ? fmt::format(" (sums in {} chunks of {} rows, added in order)", chunks, L.chunk_rows)
+                                                  : std::string()));
+  }
   if (p.softmax) plan.summary.push_back("  softmax");
 }
 
@@ -466,7 +489,9 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
     p.acc_off = int(base + 2 * kImageSliceFloats);
     int64_t widest_units = 0;
     for (int l = 0; l < d.layer_count; ++l) widest_units = std::max<int64_t>(widest_units, d.layers[l].units_padded);
-    base = p.acc_off + widest_units;
+    p.acc_chunk_off = int(p.acc_off + widest_units);
+    p.partial_off = int(p.acc_chunk_off + widest_units);
+    base = p.partial_off + kImageThreads;
     for (int l = 0; l < d.layer_count; ++l) {
       p.bias_off[l] = int(base);
       base += d.layers[l].units_padded;  // a multiple of 4: every bias starts 16-byte aligned

@@ -14,8 +14,8 @@
 // computing a share of every layer and sending it to every block of the cluster with st.async,
 // which completes on a per-layer mbarrier in the receiver: no cluster barrier between layers
 // (session 8: batch 1 from 23 to ~16 us, docs/perf-fused-gpu.md).
-// Every output is summed in the tiled kernels' order (conv_layers.cuh; dense: bias, then k
-// ascending over the zero-padded rows, one fmaf per step), and the same activation and softmax
+// Every output is summed in the tiled kernels' order (conv_layers.cuh; dense: the chunked order of
+// DenseLayer::chunk_rows over the zero-padded rows, one fmaf per step within a chunk), and the same activation and softmax
 // functions run, so an image's outputs have the same bits whichever kernel computed them; the
 // bitwise batch-split tests (tests/gpu/custom_fused_test.cpp) check that across the two paths.
 #include <cooperative_groups.h>
@@ -57,13 +57,28 @@ __device__ __forceinline__ long long chain_clock() {
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
   return t;
 }
-#define CHAIN_CLOCK_BEGIN() const long long chain_t0_ = chain_clock()
+// Session 17: two marks inside a chain call (its operands' parameters in registers, its first
+// loads landed), each clock read waiting for the values it names, so the call's fixed cost splits.
+__shared__ long long s_chain_mark[2], s_chain_marks[16][2];
+#define CHAIN_MARK(i, fdep, idep)                                                                   \
+  do {                                                                                              \
+    if (threadIdx.x == 0 && blockIdx.x == 0) {                                                      \
+      long long t_;                                                                                 \
+      asm volatile("mov.u64 %0, %%clock64;" : "=l"(t_) : "f"(fdep), "r"(idep) : "memory");          \
+      s_chain_mark[i] = t_;                                                                         \
+    }                                                                                               \
+  } while (0)
+#define CHAIN_CLOCK_BEGIN()                                 \
+  const long long chain_t0_ = chain_clock();                \
+  if (threadIdx.x == 0 && blockIdx.x == 0) s_chain_mark[0] = s_chain_mark[1] = chain_t0_
 #define CHAIN_CLOCK_END(sum, rows)                                   \
   do {                                                               \
     if (threadIdx.x == 0 && blockIdx.x == 0 && s_chain_count < 16) { \
       s_chain_sink = (sum);                                          \
       const long long chain_t1_ = chain_clock();                     \
       s_chain_cycles[s_chain_count] = chain_t1_ - chain_t0_;         \
+      s_chain_marks[s_chain_count][0] = s_chain_mark[0] - chain_t0_; \
+      s_chain_marks[s_chain_count][1] = s_chain_mark[1] - chain_t0_; \
       s_chain_rows[s_chain_count++] = (rows);                        \
     }                                                                \
   } while (0)
@@ -76,6 +91,9 @@ __device__ __forceinline__ long long chain_clock() {
   } while (0)
 #define CHAIN_CLOCK_END(sum, rows) \
   do {                             \
+  } while (0)
+#define CHAIN_MARK(i, fdep, idep) \
+  do {                            \
   } while (0)
 #endif
 
@@ -170,6 +188,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
                            float* y) {
   const DenseChainParams& dp = p.dense;
   float* acc = smem + p.acc_off;
+  float* acc_chunk = smem + p.acc_chunk_off;
   const int first_handoff = p.has_conv ? p.conv.layer_count : 0;
   const bool async = kCluster && p.handoff_async;
   int buf = 0;
@@ -184,11 +203,20 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     // the next slice after the barrier, while the units are computed (requested before it, by
     // every thread, the copies' issue sat between the previous layer and this one's FMAs: 0.5 us
     // for f5 at batch 1). Otherwise every thread requests it before the barrier.
-    const int busy = (sh.cols + 31) / 32 * 32;
+    // With chunk warps (DenseShare::chunk_warps) warp q sums chunk q of every unit of the block.
+    const bool parallel = kCluster && p.dense_parallel && sh.chunk_warps > 0;
+    const int busy = parallel ? sh.chunk_warps * 32 : (sh.cols + 31) / 32 * 32;
     const bool spare = kCluster && busy + 32 <= int(blockDim.x);
     // The last layer of an asynchronous team, all in block 0's first warp, ends in the softmax on
     // the lanes' values (no round trip through shared memory and a barrier); see softmax_lanes (image_dense.cuh).
     const bool lanes_softmax = last && softmax_in_lanes(p, kCluster);
+    // Chunk warps: one chunk's sum (rows [k0, k0 + n) of the one slice, unit-major at wu) from
+    // `init` (ENGINE_FUSED_IMAGE_DENSE picks the loop, for A/B).
+    auto chunk_sum = [&](const float* wu, int k0, int n, float init) {
+      return p.dense_pipelined == 2 ? dense_chain4_deep(a + k0, wu + k0, n, init)
+             : p.dense_pipelined    ? dense_chain4(a + k0, wu + k0, n, init)
+                                    : dense_chain(a + k0, wu + k0, 1, n, init);
+    };
     for (int j = 0; j < sh.slices; ++j) {
       auto request_next = [&](int t0) {  // the next slice (of this layer or the next) loads while this one is used
         if (j + 1 < sh.slices)
@@ -210,16 +238,49 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
       const int rows = min(sh.slice_rows, D.in_padded - r0);
       const float* w = smem + p.slice_off[buf];
       TRACE_STAMP();
+      if (parallel) {  // one slice: the whole layer
+        const int q = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+        if (q < sh.chunk_warps) {
+          const int u = sh.u0 + lane;
+          float v = 0.0f;
+          if (lane < sh.cols) {
+            CHAIN_CLOCK_BEGIN();
+            const int k0 = q * D.chunk_rows, n = min(D.chunk_rows, D.in_padded - k0);
+            const float init = q == 0 ? bias[u] : 0.0f;
+            CHAIN_MARK(0, init, n);
+            v = chunk_sum(w + lane * sh.pitch, k0, n, init);
+            CHAIN_CLOCK_END(v, n);
+            if (q > 0) smem[p.partial_off + (q - 1) * 32 + lane] = v;
+          }
+          warps_sync(1, sh.chunk_warps * 32);  // every chunk's partial is in place
+          if (q == 0) {
+            if (lane < sh.cols)
+              for (int c = 1; c < sh.chunk_warps; ++c) v = __fadd_rn(v, smem[p.partial_off + (c - 1) * 32 + lane]);
+            if (lanes_softmax) {
+              TRACE_STAMP();
+              softmax_lanes(u < D.units ? apply_epilogue(v, epi) : 0.0f, D.units, y, lane);
+            } else if (lane < sh.cols) {
+              const float out = u < D.units ? apply_epilogue(v, epi) : 0.0f;
+              if (async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], out);
+              else if (async) smem[D.out_off + u] = out;  // the last layer stays in block 0
+              else team_store(team)(&smem[D.out_off + u], out);
+            }
+          }
+        }
+        TRACE_STAMP();
+        buf ^= 1;
+        continue;
+      }
       if (lanes_softmax) {
         if (team.rank == 0 && threadIdx.x < 32) {
           const int u = int(threadIdx.x);
           float v = 0.0f;
           if (u < sh.u1) {
+            ChunkRun c = ChunkRun::at(0, D.chunk_rows, D.in_padded, bias[u], 0.0f);
             CHAIN_CLOCK_BEGIN();
-            const float s = kCluster && p.dense_pipelined == 2 ? dense_chain4_deep(a, w + u * sh.pitch, rows, bias[u])
-                                                   : dense_chain4(a, w + u * sh.pitch, rows, bias[u]);
-            CHAIN_CLOCK_END(s, rows);
-            v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
+            dense_chunks4(a, w + u * sh.pitch, rows, c);
+            CHAIN_CLOCK_END(c.s, rows);
+            v = u < D.units ? apply_epilogue(c.s, epi) : 0.0f;
           }
           TRACE_STAMP();  // the last layer's sums (trace builds: where f7's 1.3 us go)
           softmax_lanes(v, D.units, y, u);
@@ -228,22 +289,17 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
         continue;
       }
       for (int u = sh.u0 + int(threadIdx.x); u < sh.u1; u += blockDim.x) {
-        float s = j == 0 ? bias[u] : acc[u];
-        if constexpr (kCluster) {  // unit-major slices (DenseShare::unit_major is size > 1)
-          const float* wu = w + (u - sh.u0) * sh.pitch;
-          CHAIN_CLOCK_BEGIN();
-          s = p.dense_pipelined == 2 ? dense_chain4_deep(a + r0, wu, rows, s)
-              : p.dense_pipelined    ? dense_chain4(a + r0, wu, rows, s)
-                                     : dense_chain<false>(a + r0, wu, 1, rows, s);
-          CHAIN_CLOCK_END(s, rows);
-        } else {
-          s = p.dense_pipelined ? dense_chain<true>(a + r0, w + u, sh.cols, rows, s)
-                                : dense_chain<false>(a + r0, w + u, sh.cols, rows, s);
-        }
+        // The chunked sum's state carries over slices in acc and acc_chunk (ChunkRun::at, saved()).
+        ChunkRun c = ChunkRun::at(r0, D.chunk_rows, D.in_padded, j == 0 ? bias[u] : acc[u], j == 0 ? 0.0f : acc_chunk[u]);
+        CHAIN_CLOCK_BEGIN();
+        if constexpr (kCluster) dense_chunks4(a + r0, w + (u - sh.u0) * sh.pitch, rows, c);  // unit-major slices
+        else dense_chunks_strided(a + r0, w + u, sh.cols, rows, c);
+        CHAIN_CLOCK_END(c.s, rows);
         if (j + 1 < sh.slices) {
-          acc[u] = s;
+          acc[u] = c.saved_sum();
+          acc_chunk[u] = c.saved_chunk();
         } else {
-          const float v = u < D.units ? apply_epilogue(s, epi) : 0.0f;
+          const float v = u < D.units ? apply_epilogue(c.s, epi) : 0.0f;
           if (async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], v);
           else if (async) smem[D.out_off + u] = v;  // the last layer stays in block 0
           else team_store(team)(&smem[D.out_off + u], v);
@@ -445,7 +501,9 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
       printf("\nimage_chain trace, SM cycles since entry:");
       for (int i = 1; i < s_trace_count; ++i) printf(" %llu", s_trace_clock[i] - s_trace_clock[0]);
       printf("\nimage_chain dense sums of thread 0 (cycles/rows):");
-      for (int i = 0; i < s_chain_count; ++i) printf(" %lld/%d", s_chain_cycles[i], s_chain_rows[i]);
+      for (int i = 0; i < s_chain_count; ++i)
+        printf(" %lld/%d (operands %lld, first loads %lld)", s_chain_cycles[i], s_chain_rows[i], s_chain_marks[i][0],
+               s_chain_marks[i][1]);
       printf("\n");
     } else if (done == 2001u) {  // the 2,000th launch's blocks, in ns from its block 0's entry
       const unsigned long long* in = g_block_entry[0];

@@ -24,6 +24,10 @@ namespace {
 // when each layer worked them out in turn). The plan keeps 4 * units_padded <= kImageSliceFloats.
 struct DenseShare {
   int u0, u1, cols, slice_rows, slices, pitch, unit_major;
+  // Warps that sum one chunk each of every unit (DenseLayer::chunk_rows; dense_units_parallel), or
+  // 0: a cluster's block whose units fit one warp's lanes and one slice, when the layer has 2 to 15
+  // chunks (a warp is left for the next slice's copies).
+  int chunk_warps;
   float inv_quads;  // 1 / (quads per unit in a full slice): request_slice's index split (Divisor)
   DenseShare() = default;
   __device__ DenseShare(const DenseLayer& D, int rank, int size, bool rank0_only = false) {
@@ -46,6 +50,10 @@ struct DenseShare {
     }
     slices = (D.in_padded + slice_rows - 1) / slice_rows;
     inv_quads = __frcp_rn(float(slice_rows / 4));
+    const int chunks = (D.in_padded + D.chunk_rows - 1) / D.chunk_rows;
+    chunk_warps = unit_major && slices == 1 && cols > 0 && cols <= 32 && chunks >= 2 && (chunks + 1) * 32 <= kImageThreads
+                      ? chunks
+                      : 0;
   }
 };
 __shared__ DenseShare s_share[kMaxDenseLayers];
@@ -74,43 +82,18 @@ __device__ __forceinline__ void request_slice(const DenseLayer& D, const DenseSh
   }
 }
 
-// s + sum over r of a[r] * w[r * stride], one fmaf per step, r ascending (the tiled kernels' order,
-// so the same bits), with the shared-memory loads of the next 8 steps issued before the FMAs of
-// these 8 (one block per image, where many threads share the loads' latency).
-// ENGINE_FUSED_IMAGE_DENSE=1 (fused_executable.cpp) keeps the plain loop for A/B.
-template <bool kPipelined>
+// s + sum over r of a[r] * w[r * stride], one fmaf per step, r ascending: one chunk's plain loop
+// (ENGINE_FUSED_IMAGE_DENSE=1, for A/B against dense_chain4 and dense_chain4_deep).
 __device__ __forceinline__ float dense_chain(const float* a, const float* w, int stride, int rows, float s) {
-  int r = 0;
-  if constexpr (kPipelined) {
-    if (rows >= 16) {
-      float ca[8], cw[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        ca[i] = a[i];
-        cw[i] = w[i * stride];
-      }
-      for (r = 8; r + 8 <= rows; r += 8) {
-        float na[8], nw[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          na[i] = a[r + i];
-          nw[i] = w[(r + i) * stride];
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) s = fmaf(ca[i], cw[i], s);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          ca[i] = na[i];
-          cw[i] = nw[i];
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s = fmaf(ca[i], cw[i], s);
-    }
-  }
 #pragma unroll 8
-  for (; r < rows; ++r) s = fmaf(a[r], w[r * stride], s);
+  for (int r = 0; r < rows; ++r) s = fmaf(a[r], w[r * stride], s);
   return s;
+}
+
+// A barrier of the block's first `threads` threads (whole warps) on hardware barrier `id` (0 is
+// __syncthreads'): a dense layer's chunk warps meet on it while the others copy the next slice.
+__device__ __forceinline__ void warps_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Whether the last dense layer runs in block 0's first warp and ends in softmax_lanes: with
