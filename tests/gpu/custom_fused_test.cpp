@@ -211,8 +211,9 @@ class ScopedImageSwitch {
 // same images of every random chain: 97 images (one image per block), 33 (clusters of 4 blocks per
 // image on a 132-SM GPU), 5 and 1 (clusters of 8), each against the tiled kernels' first images;
 // the clusters with the asynchronous hand-offs between layers, with conv items of two channels
-// only, of one channel everywhere, with each dense unit's chunks summed in one thread instead of one
-// warp per chunk, and with cluster barriers.
+// only, of one channel everywhere, with the clusters' conv set-up worked out in the kernel instead of
+// read from the plan, with each dense unit's chunks summed in one thread instead of one warp per
+// chunk, and with cluster barriers.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
@@ -251,6 +252,10 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
     {
       ScopedImageSwitch two_channels("ENGINE_FUSED_IMAGE_CONV_SPLIT", "0");
       for (int batch : {33, 1}) compare(batch, "asynchronous, two-channel conv items");
+    }
+    {
+      ScopedImageSwitch runtime_setup("ENGINE_FUSED_IMAGE_CONV_SETUP", "runtime");
+      for (int batch : {33, 5}) compare(batch, "asynchronous, conv set-up worked out in the kernel");
     }
     {
       ScopedImageSwitch one_thread("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", "0");
@@ -471,6 +476,42 @@ TEST(CustomFusedPlan, DenseChunksCoverEveryRowInOrder) {
   ASSERT_TRUE(std::holds_alternative<fz::FusedPlan>(plain));
   const fz::DenseChainParams& d = std::get<fz::FusedPlan>(plain).dense;
   for (int l = 0; l < d.layer_count; ++l) EXPECT_EQ(d.layers[l].chunk_rows, d.layers[l].in_padded) << "layer " << l;
+}
+
+// The image chain's conv set-up per cluster size (plan_image_conv_setup), worked by hand for
+// LeNet-5's c1 (6 channels, 28 x 28 conv output, pool folded: 3 groups of 2 channels, 14 row pairs)
+// and c3 (16 channels, 10 x 10: 8 groups, 5 row pairs): clusters of 8 split both to one-channel
+// items (c1 2,352 items = 74 warps, 10 a block; c3 800 = 25 warps, 4 a block), clusters of 2 and 4
+// keep two-channel items (c1 1,176 items = 37 warps: 10 a block at 4, 19 at 2). Host-only.
+TEST(CustomFusedPlan, ImageConvSetupFollowsTheSplitRule) {
+  namespace fz = engine::custom::fused;
+  const fz::DeviceShape device{132, 227 * 1024};
+  auto planned = fz::plan_fused(engine::plan_graph(testing_support::lenet_like_model({})), device);
+  ASSERT_TRUE(std::holds_alternative<fz::FusedPlan>(planned));
+  fz::ImageChainParams p = std::get<fz::FusedPlan>(planned).image;
+  ASSERT_TRUE(p.has_conv);
+  ASSERT_EQ(p.conv.layer_count, 2);
+  const fz::SpatialLayer& c1 = p.conv.layers[0];
+  const fz::SpatialLayer& c3 = p.conv.layers[1];
+  EXPECT_EQ(c1.image_split, 1 << 3);
+  EXPECT_EQ(c3.image_split, 1 << 3);
+  EXPECT_EQ(c1.image_per[3], 320);
+  EXPECT_EQ(c3.image_per[3], 128);
+  EXPECT_EQ(c1.image_per[2], 320);
+  EXPECT_EQ(c1.image_per[1], 608);
+  EXPECT_EQ(c3.image_per[1], 224);  // 400 items = 13 warps, 7 a block
+  EXPECT_EQ(c1.inv_ow, 1.0f / 28.0f);
+  EXPECT_EQ(c3.inv_groups[0], 1.0f / 8.0f);
+  EXPECT_EQ(c3.inv_groups[1], 1.0f / 16.0f);
+  // The A/B switches' settings: never split, or in clusters of 2 and more.
+  p.conv_split_items = 0;
+  fz::plan_image_conv_setup(p);
+  EXPECT_EQ(p.conv.layers[0].image_split, 0);
+  EXPECT_EQ(p.conv.layers[0].image_per[3], 160);  // 37 warps, 5 a block
+  p.conv_split_items = 1000000;
+  p.conv_split_blocks = 2;
+  fz::plan_image_conv_setup(p);
+  EXPECT_EQ(p.conv.layers[1].image_split, (1 << 1) | (1 << 2) | (1 << 3));
 }
 
 // The core planner's arena for the fused plan holds only what the kernels read and write.

@@ -102,9 +102,11 @@ __device__ __forceinline__ float pool_2x2(float a, float b, bool left_lane, bool
 // group's OCB channels (weights still packed for OCB), so a layer has OCB / OCU times the items,
 // each a shorter chain of instructions and fewer outputs to activate and send; the channel index
 // goes with the group (group-major), and every output's sum runs in the same order.
+// per > 0 (the image chain's clusters): this block's items are [part * per, part * per + per) and
+// the index reciprocals come from the plan (SpatialLayer::inv_*), instead of being worked out here.
 template <int K, int OCB, int YB, bool kGroupsInner = false, class Store = LocalStore, int OCU = OCB>
 __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ staged, float* smem, int T,
-                           Store store = {}, int part = 0, int parts = 1) {
+                           Store store = {}, int part = 0, int parts = 1, int per = 0) {
   static_assert(OCB % OCU == 0, "an item's channels divide its group's");
   constexpr int kSplit = OCB / OCU;
   const SmemTensor& I = L.in;
@@ -119,13 +121,24 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
   const int groups = L.oc_padded / OCB * kSplit;  // of OCU channels each
   const int total = T * groups * strips * OW;
   const int rounded = (total + 31) / 32 * 32;
-  const Divisor by_ow(OW), by_strips(strips), by_groups(groups);
+  const bool planned = !std::is_same_v<Store, LocalStore> && per > 0;  // a cluster's only
+  const Divisor by_ow = planned ? Divisor(OW, L.inv_ow) : Divisor(OW);
+  const Divisor by_strips = planned ? Divisor(strips, L.inv_strips) : Divisor(strips);
+  const Divisor by_groups = planned ? Divisor(groups, L.inv_groups[kSplit - 1]) : Divisor(groups);
   const float* weights = staged + L.weight_off;
   const float* bias = staged + L.bias_off;
   const unsigned epi = L.epilogue.code, pool_epi = L.pool_epilogue.code;  // once per layer, in registers
-  const WorkRange<Store> range(rounded, 32, part, parts);  // whole warps: the pooling shuffle needs every lane
+  int lo, hi;  // whole warps: the pooling shuffle needs every lane
+  if (planned) {
+    lo = min(rounded, part * per);
+    hi = min(rounded, lo + per);
+  } else {
+    const WorkRange<Store> range(rounded, 32, part, parts);
+    lo = range.lo;
+    hi = range.hi;
+  }
   CONV_TRACE_STAMP();
-  for (int base = range.lo + threadIdx.x; base < range.hi; base += blockDim.x) {
+  for (int base = lo + threadIdx.x; base < hi; base += blockDim.x) {
     const bool valid = base < total;
     // Past the end: the last two items again (the same column pair), results dropped.
     const int item = valid ? base : max(0, total - 2 + (base & 1));

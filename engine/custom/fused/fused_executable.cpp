@@ -128,6 +128,11 @@ class FusedExecutable final : public gpu::GpuExecutable {
         plan_.image.dense_parallel = env_int("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", 1) != 0 ? 1 : 0;
         plan_.image.conv_split_items = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT", plan_.image.conv_split_items);
         plan_.image.conv_split_blocks = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", plan_.image.conv_split_blocks);
+        plan_image_conv_setup(plan_.image);  // the split rule's switches above may have changed
+        // ENGINE_FUSED_IMAGE_CONV_SETUP=runtime: every block works the clusters' conv set-up out at
+        // each conv layer's start, as before session 17 (same bits; for A/B).
+        if (const char* c = std::getenv("ENGINE_FUSED_IMAGE_CONV_SETUP"); c && std::string(c) == "runtime")
+          plan_.image.conv_setup_planned = 0;
         // ENGINE_FUSED_IMAGE_FLATTEN=copy: the conv-to-dense copy back in place of the planned
         // in-place flatten (same layout, same bits; for A/B).
         if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_FLATTEN"); f && std::string(f) == "copy")

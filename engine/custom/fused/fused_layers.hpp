@@ -101,6 +101,15 @@ struct SpatialLayer {
   SpatialOp pool = SpatialOp::Conv;  // Conv: no folded pool; MaxPool / AvgPool
   Epilogue pool_epilogue;
   int conv_out_h = 0, conv_out_w = 0;  // the conv's own output size when a pool is folded in
+  // The image chain's clusters, tiled convs only (plan_image_conv_setup, fused_plan.cpp): decided on
+  // the host once instead of at every layer's start on the batch-1 critical path (session 16's
+  // Nsight Compute samples: the split rule's and WorkRange's integer divisions, the Divisors'
+  // reciprocals). Bit s of image_split: clusters of 2^s blocks take one-channel items;
+  // image_per[s]: a block's share of the items there (whole warps); inv_*: the correctly rounded
+  // reciprocals of the conv's output width, row strips, and channel groups of two / one channel(s).
+  int image_split = 0;
+  int image_per[4] = {};
+  float inv_ow = 0.0f, inv_strips = 0.0f, inv_groups[2] = {};
 };
 
 struct ConvChainParams {
@@ -172,6 +181,9 @@ struct ImageChainParams {
   // ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N for A/B, N=0 items: never). Same sums, same bits.
   int conv_split_items = kImageThreads;
   int conv_split_blocks = 8;
+  // The clusters' conv set-up from the SpatialLayer fields the host computed (1), or worked out by
+  // every block at every conv layer's start (0; ENGINE_FUSED_IMAGE_CONV_SETUP=runtime, for A/B).
+  int conv_setup_planned = 1;
   // The first dense layer's input row is the last conv layer's output buffer itself (the plan's
   // choice, fused_plan.cpp); 0: the kernel copies it there (ENGINE_FUSED_IMAGE_FLATTEN=copy).
   int flatten_in_place = 0;

@@ -502,10 +502,42 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
                                "may use",
                                base * 4 / 1024, dev.shared_optin_bytes / 1024)};
   p.smem_floats = int(base);
+  plan_image_conv_setup(p);
   plan.has_image = true;
 }
 
 }  // namespace
+
+void plan_image_conv_setup(ImageChainParams& p) {
+  if (!p.has_conv) return;
+  for (int l = 0; l < p.conv.layer_count; ++l) {
+    SpatialLayer& L = p.conv.layers[l];
+    if (L.op != SpatialOp::Conv || !is_tiled(L.variant)) continue;
+    // conv_tiled's item counts (YB = kImageRowsPerThread rows, OCB = kImageOcb channels, or one).
+    const int oh = L.pool != SpatialOp::Conv ? L.conv_out_h : L.out.height;
+    const int ow = L.pool != SpatialOp::Conv ? L.conv_out_w : L.out.width;
+    const int strips = (oh + kImageRowsPerThread - 1) / kImageRowsPerThread;
+    const int groups = L.oc_padded / kImageOcb;
+    L.inv_ow = 1.0f / float(ow);  // IEEE division: the same value as the device's __frcp_rn
+    L.inv_strips = 1.0f / float(strips);
+    L.inv_groups[0] = 1.0f / float(groups);
+    L.inv_groups[1] = 1.0f / float(2 * groups);
+    L.image_split = 0;
+    for (int s = 0; s < 4; ++s) {
+      const int size = 1 << s;
+      // image_chain.cu's split rule: clusters of at least conv_split_blocks blocks, where a block's
+      // one-channel items (whole warps) fit conv_split_items.
+      const int split_items = 2 * groups * strips * ow;
+      const int split_per_block = (split_items + 32 * size - 1) / (32 * size) * 32;
+      const bool split = size > 1 && size >= p.conv_split_blocks && split_per_block <= p.conv_split_items;
+      if (split) L.image_split |= 1 << s;
+      // WorkRange(rounded, 32, rank, size): contiguous whole warps, `per` items each.
+      const int items = (split ? 2 : 1) * groups * strips * ow;
+      const int warps = (items + 31) / 32;
+      L.image_per[s] = (warps + size - 1) / size * 32;
+    }
+  }
+}
 
 std::variant<FusedPlan, std::string> plan_fused(const Graph& g, const DeviceShape& dev) {
   try {

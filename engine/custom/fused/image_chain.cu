@@ -135,18 +135,25 @@ template <bool kCluster, class Store>
 __device__ void run_conv_image(const SpatialLayer& L, const float* staged, float* smem, const Team<kCluster>& team,
                                Store st, const ImageChainParams& p) {
   constexpr bool kGroupsInner = !kCluster;
-  if (kCluster && split_conv_items(L, team.size, p.conv_split_items, p.conv_split_blocks)) {
+  // A cluster's split rule and work ranges: from the plan's table for this cluster size
+  // (SpatialLayer::image_split, image_per), or worked out here (ENGINE_FUSED_IMAGE_CONV_SETUP=runtime).
+  const int s = 31 - __clz(team.size);
+  const bool planned = kCluster && p.conv_setup_planned;
+  const int per = planned ? L.image_per[s] : 0;
+  const bool split = kCluster && (planned ? (L.image_split >> s) & 1
+                                          : split_conv_items(L, team.size, p.conv_split_items, p.conv_split_blocks));
+  if (split) {
     switch (L.variant) {
-      case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size); return;
-      case ConvVariant::K3_2: conv_tiled<3, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size); return;
-      case ConvVariant::K5_2: conv_tiled<5, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size); return;
+      case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size, per); return;
+      case ConvVariant::K3_2: conv_tiled<3, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size, per); return;
+      case ConvVariant::K5_2: conv_tiled<5, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size, per); return;
       default: break;
     }
   }
   switch (L.variant) {
-    case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size); break;
-    case ConvVariant::K3_2: conv_tiled<3, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size); break;
-    case ConvVariant::K5_2: conv_tiled<5, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size); break;
+    case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size, per); break;
+    case ConvVariant::K3_2: conv_tiled<3, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size, per); break;
+    case ConvVariant::K5_2: conv_tiled<5, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size, per); break;
     default: conv_generic<kImageOcb>(L, staged, smem, 1, st, team.rank, team.size); break;  // Generic2 (the plan uses no other)
   }
 }
