@@ -470,9 +470,10 @@ TEST(CustomFusedPlan, DenseChunksCoverEveryRowInOrder) {
   EXPECT_TRUE(contains(summary, "dense 400 -> 120")) << summary;
   EXPECT_TRUE(contains(summary, "(sums in 8 chunks of 52 rows, added in order)")) << summary;
 
-  setenv("ENGINE_FUSED_DENSE_CHUNKS", "1", 1);
-  auto plain = fz::plan_fused(engine::plan_graph(lenet), device);
-  unsetenv("ENGINE_FUSED_DENSE_CHUNKS");
+  auto plain = [&] {
+    ScopedImageSwitch plain_order("ENGINE_FUSED_DENSE_CHUNKS", "1");
+    return fz::plan_fused(engine::plan_graph(lenet), device);
+  }();
   ASSERT_TRUE(std::holds_alternative<fz::FusedPlan>(plain));
   const fz::DenseChainParams& d = std::get<fz::FusedPlan>(plain).dense;
   for (int l = 0; l < d.layer_count; ++l) EXPECT_EQ(d.layers[l].chunk_rows, d.layers[l].in_padded) << "layer " << l;

@@ -47,13 +47,10 @@ __device__ __forceinline__ float dense_chain4(const float* a, const float* w, in
   }
 }
 
-// dense_chain4 with the operands of the next 16 steps in flight instead of 8 (64 registers of
-// operands: for the image chain's clusters, whose threads have 128): the clusters' chains (f5: 400 steps at batch 1) ran at ~9 cycles a step against the FMA's 4, the
-// shared loads issued only 8 steps before their use. The image chain's default (ImageChainParams::dense_pipelined 2); session 10, H100,
-// same call: batch 1 15.97-16.19 us against 16.16-16.32 with 8 steps (ENGINE_FUSED_IMAGE_DENSE=2) and
-// 16.45-16.48 for the tree before; batch 64 22.3-22.6 against 22.7-22.8 and 23.1-23.5. Same sums in
-// the same order: the same bits.
-__device__ __forceinline__ float dense_chain4_deep(const float* a, const float* w, int rows, float s) {
+// The loop of dense_chain4_deep and dense_chunks4: `step(x, y)` on every quad of rows of a and w
+// (float4s), in order, with the operands of the next 16 steps loaded before the steps of these 16.
+template <class Step>
+__device__ __forceinline__ void deep_quads(const float* a, const float* w, int rows, Step step) {
   const float4* a4 = reinterpret_cast<const float4*>(a);
   const float4* w4 = reinterpret_cast<const float4*>(w);
   const int n4 = rows / 4;
@@ -74,9 +71,7 @@ __device__ __forceinline__ float dense_chain4_deep(const float* a, const float* 
         nw[i] = w4[k + i];
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s = fmaf(ca[i].x, cw[i].x, s); s = fmaf(ca[i].y, cw[i].y, s); s = fmaf(ca[i].z, cw[i].z, s); s = fmaf(ca[i].w, cw[i].w, s);
-      }
+      for (int i = 0; i < 4; ++i) step(ca[i], cw[i]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         ca[i] = na[i];
@@ -84,15 +79,25 @@ __device__ __forceinline__ float dense_chain4_deep(const float* a, const float* 
       }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s = fmaf(ca[i].x, cw[i].x, s); s = fmaf(ca[i].y, cw[i].y, s); s = fmaf(ca[i].z, cw[i].z, s); s = fmaf(ca[i].w, cw[i].w, s);
-    }
+    for (int i = 0; i < 4; ++i) step(ca[i], cw[i]);
   }
   for (; k < n4; ++k) {
     const float4 x = a4[k], y = w4[k];
     if (k == 0) CHAIN_MARK(1, x.x + y.x, n4);
-    s = fmaf(x.x, y.x, s); s = fmaf(x.y, y.y, s); s = fmaf(x.z, y.z, s); s = fmaf(x.w, y.w, s);
+    step(x, y);
   }
+}
+
+// dense_chain4 with the operands of the next 16 steps in flight instead of 8 (64 registers of
+// operands: for the image chain's clusters, whose threads have 128): the clusters' chains (f5: 400 steps at batch 1) ran at ~9 cycles a step against the FMA's 4, the
+// shared loads issued only 8 steps before their use. The image chain's default (ImageChainParams::dense_pipelined 2); session 10, H100,
+// same call: batch 1 15.97-16.19 us against 16.16-16.32 with 8 steps (ENGINE_FUSED_IMAGE_DENSE=2) and
+// 16.45-16.48 for the tree before; batch 64 22.3-22.6 against 22.7-22.8 and 23.1-23.5. Same sums in
+// the same order: the same bits.
+__device__ __forceinline__ float dense_chain4_deep(const float* a, const float* w, int rows, float s) {
+  deep_quads(a, w, rows, [&](const float4& x, const float4& y) {
+    s = fmaf(x.x, y.x, s); s = fmaf(x.y, y.y, s); s = fmaf(x.z, y.z, s); s = fmaf(x.w, y.w, s);
+  });
   return s;
 }
 
@@ -138,36 +143,7 @@ struct ChunkRun {
 // dense_chain4_deep's loop (16 steps in flight) over a unit-major run of `rows` rows (a multiple
 // of 4), in the chunked order.
 __device__ __forceinline__ void dense_chunks4(const float* a, const float* w, int rows, ChunkRun& c) {
-  const float4* a4 = reinterpret_cast<const float4*>(a);
-  const float4* w4 = reinterpret_cast<const float4*>(w);
-  const int n4 = rows / 4;
-  int k = 0;
-  if (n4 >= 8) {
-    float4 ca[4], cw[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      ca[i] = a4[i];
-      cw[i] = w4[i];
-    }
-    for (k = 4; k + 4 <= n4; k += 4) {
-      float4 na[4], nw[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        na[i] = a4[k + i];
-        nw[i] = w4[k + i];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) c.step4(ca[i], cw[i]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        ca[i] = na[i];
-        cw[i] = nw[i];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) c.step4(ca[i], cw[i]);
-  }
-  for (; k < n4; ++k) c.step4(a4[k], w4[k]);
+  deep_quads(a, w, rows, [&](const float4& x, const float4& y) { c.step4(x, y); });
 }
 
 // The same over a column of a row-major slice (one block per image: w[r * stride]), 8 steps in

@@ -12,16 +12,6 @@
 namespace engine::custom::fused {
 namespace {
 
-// A non-negative integer from the environment, or `fallback`.
-int env_int(const char* name, int fallback) {
-  if (const char* env = std::getenv(name); env && *env) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end == '\0' && v >= 0) return int(std::min<long>(v, 1L << 30));
-  }
-  return fallback;
-}
-
 // The largest batch the image chain runs: 12 images per SM. On the H100 (132 SMs) the image chain
 // wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
 // kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it

@@ -310,18 +310,26 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
   }
 }
 
-// A dense layer's chunks (DenseLayer::chunk_rows): about kDenseChunks of them, each a multiple of 4
-// rows and at least 16 (shorter chains save less than the added sums cost); one chunk (the plain
-// order) for layers of at most 16 rows. ENGINE_FUSED_DENSE_CHUNKS=N asks for N (1: the plain order,
-// for A/B; the bits then differ, every kernel still agreeing with every other).
-constexpr int kDenseChunks = 8;
-int chunk_rows_for(int in_padded) {
-  int chunks = kDenseChunks;
-  if (const char* env = std::getenv("ENGINE_FUSED_DENSE_CHUNKS"); env && *env) {
+}  // namespace
+
+int env_int(const char* name, int fallback) {
+  if (const char* env = std::getenv(name); env && *env) {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
-    if (end && *end == '\0' && v >= 1 && v <= 1024) chunks = int(v);
+    if (*end == '\0' && v >= 0) return int(std::min<long>(v, 1L << 30));
   }
+  return fallback;
+}
+
+namespace {
+
+// A dense layer's chunks (DenseLayer::chunk_rows): about kDenseChunks of them, each a multiple of 4
+// rows and at least 16 (shorter chains save less than the added sums cost); one chunk (the plain
+// order) for layers of at most 16 rows. ENGINE_FUSED_DENSE_CHUNKS=N asks for N (0 or 1: the plain
+// order, for A/B; the bits then differ, every kernel still agreeing with every other).
+constexpr int kDenseChunks = 8;
+int chunk_rows_for(int in_padded) {
+  const int chunks = env_int("ENGINE_FUSED_DENSE_CHUNKS", kDenseChunks);
   if (chunks <= 1) return in_padded;
   const int rows = std::max(16, round_up((in_padded + chunks - 1) / chunks, 4));
   return std::min(rows, in_padded);

@@ -53,6 +53,9 @@ struct FusedPlan {
 // The fused plan, or the reason the graph does not qualify (one line, names the node).
 std::variant<FusedPlan, std::string> plan_fused(const Graph& graph, const DeviceShape& device);
 
+// A non-negative integer from the environment (the fused path's A/B switches), or `fallback`.
+int env_int(const char* name, int fallback);
+
 // The image chain's per-cluster-size conv set-up (SpatialLayer::image_split, image_per, inv_*) from
 // p.conv_split_items and p.conv_split_blocks: plan_fused calls it, and the executable again after
 // its A/B switches change those two.
