@@ -18,6 +18,12 @@
   } while (0)
 #endif
 
+#ifndef CONV_WARP_MARK
+#define CONV_WARP_MARK(kind, fdep) \
+  do {                             \
+  } while (0)
+#endif
+
 namespace engine::custom::fused {
 
 // Where a layer's outputs go: this block's shared memory (the tiled kernels, the image chain on one
@@ -138,6 +144,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
     hi = range.hi;
   }
   CONV_TRACE_STAMP();
+  CONV_WARP_MARK(0, 0.0f);
   for (int base = lo + threadIdx.x; base < hi; base += blockDim.x) {
     const bool valid = base < total;
     // Past the end: the last two items again (the same column pair), results dropped.
@@ -196,6 +203,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
       }
     }
     CONV_TRACE_STAMP();
+    CONV_WARP_MARK(1, acc[0][0]);
     if (pooled) {
       // OW is even (plan rule) and item parity is lane parity: lanes 2j, 2j + 1 hold columns ox, ox + 1
       // of the same rows; the even lane stores.
