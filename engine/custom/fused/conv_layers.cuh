@@ -173,6 +173,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
 #pragma unroll
       for (int y = 0; y < YB; ++y) acc[o][y] = b;
     }
+    CONV_WARP_MARK(4, acc[0][0]);
     // Padded coordinates: output row oy reads buffer rows oy .. oy + KH - 1 (the buffer holds the
     // convolution's padding as zeros).
     const float* in0 = smem + I.off + t * I.image + oy0 * pitch + ox * SW;
@@ -200,6 +201,7 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
 #pragma unroll
             for (int y = 0; y < YB; ++y) acc[o][y] = fmaf(w[o], v[y + ky], acc[o][y]);
         }
+        if (kx == 0 && c == 0) CONV_WARP_MARK(5, acc[0][0]);
       }
     }
     CONV_TRACE_STAMP();

@@ -83,10 +83,11 @@ __shared__ long long s_chain_mark[2], s_chain_marks[16][2];
     }                                                                \
   } while (0)
 // Session 18: every warp's clock at named points of block 0's layers (lane 0 of each warp; ids:
-// conv layer l 4l + 0 set-up done, 1 its first item's FMAs done, 2 its stores issued, 3 its hand-off
-// landed; dense layer l 16 + 8l + 0 top, 1 chain start, 2 chain end, 3 partials met, 4 warp 0's
-// adds done, 5 its stores issued, 6 the hand-off landed), printed per warp in cycles since entry.
-constexpr int kWarpMarks = 48;
+// conv layer l 6l + 0 set-up done, 1 its first item's FMAs done, 2 its stores issued, 3 its hand-off
+// landed, 4 its first item's bias loaded, 5 that item's first input channel's first kernel column
+// done; dense layer l 24 + 8l + 0 top, 1 chain start, 2 chain end, 3 partials met, 4 warp 0's adds
+// done, 5 its stores issued, 6 the hand-off landed), printed per warp in cycles since entry.
+constexpr int kWarpMarks = 56;  // conv layers 0-3: 6 marks each (0-23); dense layers 0-3: 8 each (24-55)
 __shared__ long long s_warp_mark[kWarpMarks][16];
 __shared__ int s_warp_mark_layer;
 #define WARP_MARK(id, fdep)                                                                          \
@@ -97,7 +98,7 @@ __shared__ int s_warp_mark_layer;
       s_warp_mark[(id)][threadIdx.x >> 5] = t_;                                                      \
     }                                                                                                \
   } while (0)
-#define CONV_WARP_MARK(kind, fdep) WARP_MARK(4 * s_warp_mark_layer + (kind), fdep)
+#define CONV_WARP_MARK(kind, fdep) WARP_MARK(6 * s_warp_mark_layer + (kind), fdep)
 #else
 #define WARP_MARK(id, fdep) \
   do {                      \
@@ -264,7 +265,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
       const int rows = min(sh.slice_rows, D.in_padded - r0);
       const float* w = smem + p.slice_off[buf];
       TRACE_STAMP();
-      WARP_MARK(16 + 8 * l, 0.0f);
+      WARP_MARK(24 + 8 * l, 0.0f);
       if (parallel) {  // one slice: the whole layer
         const int q = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
         if (q < sh.chunk_warps) {
@@ -275,18 +276,18 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
             const int k0 = q * D.chunk_rows, n = min(D.chunk_rows, D.in_padded - k0);
             const float init = q == 0 ? bias[u] : 0.0f;
             CHAIN_MARK(0, init, n);
-            WARP_MARK(16 + 8 * l + 1, init);
+            WARP_MARK(24 + 8 * l + 1, init);
             v = chunk_sum(w + lane * sh.pitch, k0, n, init);
             CHAIN_CLOCK_END(v, n);
-            WARP_MARK(16 + 8 * l + 2, v);
+            WARP_MARK(24 + 8 * l + 2, v);
             if (q > 0) smem[p.partial_off + (q - 1) * 32 + lane] = v;
           }
           warps_sync(1, sh.chunk_warps * 32);  // every chunk's partial is in place
-          WARP_MARK(16 + 8 * l + 3, 0.0f);
+          WARP_MARK(24 + 8 * l + 3, 0.0f);
           if (q == 0) {
             if (lane < sh.cols)
               for (int c = 1; c < sh.chunk_warps; ++c) v = __fadd_rn(v, smem[p.partial_off + (c - 1) * 32 + lane]);
-            WARP_MARK(16 + 8 * l + 4, v);
+            WARP_MARK(24 + 8 * l + 4, v);
             if (lanes_softmax) {
               TRACE_STAMP();
               softmax_lanes(u < D.units ? apply_epilogue(v, epi) : 0.0f, D.units, y, lane);
@@ -296,7 +297,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
               else if (async) smem[D.out_off + u] = out;  // the last layer stays in block 0
               else team_store(team)(&smem[D.out_off + u], out);
             }
-            WARP_MARK(16 + 8 * l + 5, 0.0f);
+            WARP_MARK(24 + 8 * l + 5, 0.0f);
           }
         }
         TRACE_STAMP();
@@ -347,7 +348,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     if (async && last) __syncthreads();
     else if (async) handoff_wait(first_handoff + l, parity);
     else team.sync();
-    WARP_MARK(16 + 8 * l + 6, 0.0f);
+    WARP_MARK(24 + 8 * l + 6, 0.0f);
     TRACE_STAMP();
   }
 }
@@ -456,9 +457,9 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
           if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, ast, p);
           else pool_layer(L, smem, 1, ast, team.rank, team.size);
           TRACE_STAMP();
-          WARP_MARK(4 * l + 2, 0.0f);
+          WARP_MARK(6 * l + 2, 0.0f);
           handoff_wait(l, parity);
-          WARP_MARK(4 * l + 3, 0.0f);
+          WARP_MARK(6 * l + 3, 0.0f);
           TRACE_STAMP();
           continue;
         }
@@ -549,8 +550,8 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
         bool any = false;
         for (int w = 0; w < 16; ++w) any |= s_warp_mark[id][w] != 0;
         if (!any) continue;
-        printf("image_chain warp marks %s %d.%d (cycles since entry, warps 0-15):", id < 16 ? "conv" : "dense",
-               id < 16 ? id / 4 : (id - 16) / 8, id < 16 ? id % 4 : (id - 16) % 8);
+        printf("image_chain warp marks %s %d.%d (cycles since entry, warps 0-15):", id < 24 ? "conv" : "dense",
+               id < 24 ? id / 6 : (id - 24) / 8, id < 24 ? id % 6 : (id - 24) % 8);
         for (int w = 0; w < 16; ++w) {
           if (s_warp_mark[id][w]) printf(" %lld", s_warp_mark[id][w] - (long long)s_trace_clock[0]);
           else printf(" -");
