@@ -95,20 +95,15 @@ int main() {
     std::printf("%-44s first call p10/p50/p90 %5lld %5lld %5lld   second call %5lld %5lld %5lld\n", what,
                 pct(first, 0.1), pct(first, 0.5), pct(first, 0.9), pct(second, 0.1), pct(second, 0.5), pct(second, 0.9));
   };
-  for (int rep = 0; rep < 4; ++rep) {
-    probe<<<sms, 64>>>(1.0001f, out, sink, 0, 0);
+  auto launch = [&](int mode, int rep, const char* what) {
+    probe<<<sms, 64>>>(1.0001f, out, sink, mode, 0);
     CK(cudaGetLastError());
-    char what[64];
-    std::snprintf(what, sizeof(what), "launch %d, warp 0 alone", rep);
-    report(what);
-  }
-  for (int rep = 0; rep < 2; ++rep) {
-    probe<<<sms, 64>>>(1.0001f, out, sink, 1, 0);
-    CK(cudaGetLastError());
-    char what[64];
-    std::snprintf(what, sizeof(what), "launch %d, warp 1 called them first", rep);
-    report(what);
-  }
+    char line[64];
+    std::snprintf(line, sizeof(line), "launch %d, %s", rep, what);
+    report(line);
+  };
+  for (int rep = 0; rep < 4; ++rep) launch(0, rep, "warp 0 alone");
+  for (int rep = 0; rep < 2; ++rep) launch(1, rep, "warp 1 called them first");
   // Another kernel's code in between (a different module region): is the cache still warm?
   probe<<<sms, 64>>>(1.0001f, out, sink, 0, 1);
   probe<<<sms, 64>>>(1.0001f, out, sink, 0, 0);

@@ -82,12 +82,13 @@ __shared__ long long s_chain_mark[2], s_chain_marks[16][2];
       s_chain_rows[s_chain_count++] = (rows);                        \
     }                                                                \
   } while (0)
-// Session 18: every warp's clock at named points of block 0's layers (lane 0 of each warp; ids:
-// conv layer l 6l + 0 set-up done, 1 its first item's FMAs done, 2 its stores issued, 3 its hand-off
-// landed, 4 its first item's bias loaded, 5 that item's first input channel's first kernel column
-// done; dense layer l 24 + 8l + 0 top, 1 chain start, 2 chain end, 3 partials met, 4 warp 0's adds
-// done, 5 its stores issued, 6 the hand-off landed), printed per warp in cycles since entry.
-constexpr int kWarpMarks = 56;  // conv layers 0-3: 6 marks each (0-23); dense layers 0-3: 8 each (24-55)
+// Session 18: every warp's clock at named points of block 0's layers (lane 0 of each warp), printed
+// per warp in cycles since entry. A conv layer's marks: 0 set-up done, 1 its first item's FMAs done,
+// 2 its stores issued, 3 its hand-off landed, 4 its first item's bias loaded, 5 that item's first
+// input channel's first kernel column done; a dense layer's: 0 top, 1 chain start, 2 chain end,
+// 3 partials met, 4 warp 0's adds done, 5 its stores issued, 6 the hand-off landed.
+constexpr int kConvMarks = 6, kDenseMarks = 8;  // per layer; conv layers 0-3 first, then dense layers 0-3
+constexpr int kWarpMarks = 4 * kConvMarks + 4 * kDenseMarks;
 __shared__ long long s_warp_mark[kWarpMarks][16];
 __shared__ int s_warp_mark_layer;
 #define WARP_MARK(id, fdep)                                                                          \
@@ -98,10 +99,15 @@ __shared__ int s_warp_mark_layer;
       s_warp_mark[(id)][threadIdx.x >> 5] = t_;                                                      \
     }                                                                                                \
   } while (0)
-#define CONV_WARP_MARK(kind, fdep) WARP_MARK(6 * s_warp_mark_layer + (kind), fdep)
+#define CONV_WARP_MARK(kind, fdep) WARP_MARK(kConvMarks * s_warp_mark_layer + (kind), fdep)
+#define CONV_LAYER_MARK(l, kind) WARP_MARK(kConvMarks * (l) + (kind), 0.0f)
+#define DENSE_MARK(l, kind, fdep) WARP_MARK(4 * kConvMarks + kDenseMarks * (l) + (kind), fdep)
 #else
-#define WARP_MARK(id, fdep) \
-  do {                      \
+#define CONV_LAYER_MARK(l, kind) \
+  do {                           \
+  } while (0)
+#define DENSE_MARK(l, kind, fdep) \
+  do {                            \
   } while (0)
 #define TRACE_STAMP() \
   do {                \
@@ -265,7 +271,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
       const int rows = min(sh.slice_rows, D.in_padded - r0);
       const float* w = smem + p.slice_off[buf];
       TRACE_STAMP();
-      WARP_MARK(24 + 8 * l, 0.0f);
+      DENSE_MARK(l, 0, 0.0f);
       if (parallel) {  // one slice: the whole layer
         const int q = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
         if (q < sh.chunk_warps) {
@@ -276,18 +282,18 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
             const int k0 = q * D.chunk_rows, n = min(D.chunk_rows, D.in_padded - k0);
             const float init = q == 0 ? bias[u] : 0.0f;
             CHAIN_MARK(0, init, n);
-            WARP_MARK(24 + 8 * l + 1, init);
+            DENSE_MARK(l, 1, init);
             v = chunk_sum(w + lane * sh.pitch, k0, n, init);
             CHAIN_CLOCK_END(v, n);
-            WARP_MARK(24 + 8 * l + 2, v);
+            DENSE_MARK(l, 2, v);
             if (q > 0) smem[p.partial_off + (q - 1) * 32 + lane] = v;
           }
           warps_sync(1, sh.chunk_warps * 32);  // every chunk's partial is in place
-          WARP_MARK(24 + 8 * l + 3, 0.0f);
+          DENSE_MARK(l, 3, 0.0f);
           if (q == 0) {
             if (lane < sh.cols)
               for (int c = 1; c < sh.chunk_warps; ++c) v = __fadd_rn(v, smem[p.partial_off + (c - 1) * 32 + lane]);
-            WARP_MARK(24 + 8 * l + 4, v);
+            DENSE_MARK(l, 4, v);
             if (lanes_softmax) {
               TRACE_STAMP();
               softmax_lanes(u < D.units ? apply_epilogue(v, epi) : 0.0f, D.units, y, lane);
@@ -297,7 +303,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
               else if (async) smem[D.out_off + u] = out;  // the last layer stays in block 0
               else team_store(team)(&smem[D.out_off + u], out);
             }
-            WARP_MARK(24 + 8 * l + 5, 0.0f);
+            DENSE_MARK(l, 5, 0.0f);
           }
         }
         TRACE_STAMP();
@@ -348,7 +354,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     if (async && last) __syncthreads();
     else if (async) handoff_wait(first_handoff + l, parity);
     else team.sync();
-    WARP_MARK(24 + 8 * l + 6, 0.0f);
+    DENSE_MARK(l, 6, 0.0f);
     TRACE_STAMP();
   }
 }
@@ -457,9 +463,9 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
           if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, ast, p);
           else pool_layer(L, smem, 1, ast, team.rank, team.size);
           TRACE_STAMP();
-          WARP_MARK(6 * l + 2, 0.0f);
+          CONV_LAYER_MARK(l, 2);
           handoff_wait(l, parity);
-          WARP_MARK(6 * l + 3, 0.0f);
+          CONV_LAYER_MARK(l, 3);
           TRACE_STAMP();
           continue;
         }
@@ -550,8 +556,10 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
         bool any = false;
         for (int w = 0; w < 16; ++w) any |= s_warp_mark[id][w] != 0;
         if (!any) continue;
-        printf("image_chain warp marks %s %d.%d (cycles since entry, warps 0-15):", id < 24 ? "conv" : "dense",
-               id < 24 ? id / 6 : (id - 24) / 8, id < 24 ? id % 6 : (id - 24) % 8);
+        const bool conv = id < 4 * kConvMarks;
+        const int d = id - 4 * kConvMarks;
+        printf("image_chain warp marks %s %d.%d (cycles since entry, warps 0-15):", conv ? "conv" : "dense",
+               conv ? id / kConvMarks : d / kDenseMarks, conv ? id % kConvMarks : d % kDenseMarks);
         for (int w = 0; w < 16; ++w) {
           if (s_warp_mark[id][w]) printf(" %lld", s_warp_mark[id][w] - (long long)s_trace_clock[0]);
           else printf(" -");
