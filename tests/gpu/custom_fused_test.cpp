@@ -254,6 +254,10 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
       for (int batch : {33, 1}) compare(batch, "asynchronous, two-channel conv items");
     }
     {
+      ScopedImageSwitch loop("ENGINE_FUSED_IMAGE_PARTIALS", "loop");
+      for (int batch : {33, 1}) compare(batch, "asynchronous, the chunk partials added one load at a time");
+    }
+    {
       ScopedImageSwitch runtime_setup("ENGINE_FUSED_IMAGE_CONV_SETUP", "runtime");
       for (int batch : {33, 5}) compare(batch, "asynchronous, conv set-up worked out in the kernel");
     }

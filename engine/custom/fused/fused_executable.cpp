@@ -123,6 +123,10 @@ class FusedExecutable final : public gpu::GpuExecutable {
         // each conv layer's start, as before session 17 (same bits; for A/B).
         if (const char* c = std::getenv("ENGINE_FUSED_IMAGE_CONV_SETUP"); c && std::string(c) == "runtime")
           plan_.image.conv_setup_planned = 0;
+        // ENGINE_FUSED_IMAGE_PARTIALS=loop: warp 0 adds the chunk partials by the loop of sessions
+        // 17-18 (same bits; for A/B).
+        if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_PARTIALS"); f && std::string(f) == "loop")
+          plan_.image.partials_batched = 0;
         // ENGINE_FUSED_IMAGE_FLATTEN=copy: the conv-to-dense copy back in place of the planned
         // in-place flatten (same layout, same bits; for A/B).
         if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_FLATTEN"); f && std::string(f) == "copy")

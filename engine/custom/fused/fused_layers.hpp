@@ -167,7 +167,7 @@ struct ImageChainParams {
   int slice_off[2] = {0, 0};  // two staged slices of dense weights, kImageSliceFloats each
   int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
   int acc_chunk_off = 0;      // [units_padded] the unfinished chunk's partial sums (DenseLayer::chunk_rows)
-  int partial_off = 0;        // [kImageThreads] chunk partials between a unit's warps (image_dense.cuh)
+  int partial_off = 0;        // [kImageThreads] chunk partials between a unit's warps (image_chain.cu)
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
   int dense_pipelined = 2;    // prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 0 the plain loop (A/B)
@@ -184,6 +184,10 @@ struct ImageChainParams {
   // The clusters' conv set-up from the SpatialLayer fields the host computed (1), or worked out by
   // every block at every conv layer's start (0; ENGINE_FUSED_IMAGE_CONV_SETUP=runtime, for A/B).
   int conv_setup_planned = 1;
+  // Chunk warps: warp 0 issues its loads of the other chunks' partials back to back, then adds them
+  // in chunk order (1), or loads and adds them one loop step at a time (0; ENGINE_FUSED_IMAGE_PARTIALS=loop,
+  // for A/B). The same sums in the same order either way.
+  int partials_batched = 1;
   // The first dense layer's input row is the last conv layer's output buffer itself (the plan's
   // choice, fused_plan.cpp); 0: the kernel copies it there (ENGINE_FUSED_IMAGE_FLATTEN=copy).
   int flatten_in_place = 0;
