@@ -197,13 +197,22 @@ TEST(CustomFused, BitwiseEqualAcrossBatchSplits) {
 // clusters hand each layer over with a cluster barrier instead of st.async + mbarrier),
 // ENGINE_FUSED_IMAGE_CONV_SPLIT=N and ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N (which conv layers of
 // which clusters take items of one output channel; N=0 items: none).
+// The variable's earlier value (one the whole run was started with) comes back at the scope's end.
 class ScopedImageSwitch {
  public:
-  ScopedImageSwitch(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedImageSwitch() { unsetenv(name_); }
+  ScopedImageSwitch(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedImageSwitch() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
 
  private:
   const char* name_;
+  std::string old_;
+  bool had_ = false;
 };
 
 // The image chain (small batches) and the tiled kernels give the same bits for the same images: the
@@ -213,7 +222,7 @@ class ScopedImageSwitch {
 // the clusters with the asynchronous hand-offs between layers, with conv items of two channels
 // only, of one channel everywhere, with the clusters' conv set-up worked out in the kernel instead of
 // read from the plan, with each dense unit's chunks summed in one thread instead of one warp per
-// chunk, and with cluster barriers.
+// chunk, with the chunk partials added by the plain loop, and with cluster barriers.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
