@@ -222,7 +222,8 @@ class ScopedImageSwitch {
 // the clusters with the asynchronous hand-offs between layers, with conv items of two channels
 // only, of one channel everywhere, with the clusters' conv set-up worked out in the kernel instead of
 // read from the plan, with each dense unit's chunks summed in one thread instead of one warp per
-// chunk, with the chunk partials added by the plain loop, and with cluster barriers.
+// chunk, with short chunks loaded quad by quad, with the chunk partials added by the plain loop, and
+// with cluster barriers.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
@@ -261,6 +262,10 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
     {
       ScopedImageSwitch two_channels("ENGINE_FUSED_IMAGE_CONV_SPLIT", "0");
       for (int batch : {33, 1}) compare(batch, "asynchronous, two-channel conv items");
+    }
+    {
+      ScopedImageSwitch deep("ENGINE_FUSED_IMAGE_DENSE", "3");
+      for (int batch : {33, 1}) compare(batch, "asynchronous, short chunks loaded quad by quad");
     }
     {
       ScopedImageSwitch loop("ENGINE_FUSED_IMAGE_PARTIALS", "loop");

@@ -49,12 +49,30 @@ __device__ __forceinline__ float dense_chain4(const float* a, const float* w, in
 
 // The loop of dense_chain4_deep and dense_chunks4: `step(x, y)` on every quad of rows of a and w
 // (float4s), in order, with the operands of the next 16 steps loaded before the steps of these 16.
-template <class Step>
+// kShortAtOnce: a run of 1-7 quads (the clusters' 16-row chunks: 4) loads all its operands before
+// its first step, where the loop below waited for each quad's loads in turn (session 19).
+template <bool kShortAtOnce = false, class Step>
 __device__ __forceinline__ void deep_quads(const float* a, const float* w, int rows, Step step) {
   const float4* a4 = reinterpret_cast<const float4*>(a);
   const float4* w4 = reinterpret_cast<const float4*>(w);
   const int n4 = rows / 4;
   int k = 0;
+  if (kShortAtOnce && n4 > 0 && n4 < 8) {
+    // Loads of quads past the run repeat its last quad (always in bounds) and are never used, so
+    // they issue unconditionally, back to back; the steps keep the order.
+    float4 ca[7], cw[7];
+#pragma unroll
+    for (int i = 0; i < 7; ++i) {
+      const int q = min(i, n4 - 1);
+      ca[i] = a4[q];
+      cw[i] = w4[q];
+    }
+    CHAIN_MARK(1, ca[0].x + cw[0].x, n4);
+#pragma unroll
+    for (int i = 0; i < 7; ++i)
+      if (i < n4) step(ca[i], cw[i]);
+    return;
+  }
   if (n4 >= 8) {
     float4 ca[4], cw[4];
 #pragma unroll
@@ -94,8 +112,9 @@ __device__ __forceinline__ void deep_quads(const float* a, const float* w, int r
 // same call: batch 1 15.97-16.19 us against 16.16-16.32 with 8 steps (ENGINE_FUSED_IMAGE_DENSE=2) and
 // 16.45-16.48 for the tree before; batch 64 22.3-22.6 against 22.7-22.8 and 23.1-23.5. Same sums in
 // the same order: the same bits.
+template <bool kShortAtOnce = false>
 __device__ __forceinline__ float dense_chain4_deep(const float* a, const float* w, int rows, float s) {
-  deep_quads(a, w, rows, [&](const float4& x, const float4& y) {
+  deep_quads<kShortAtOnce>(a, w, rows, [&](const float4& x, const float4& y) {
     s = fmaf(x.x, y.x, s); s = fmaf(x.y, y.y, s); s = fmaf(x.z, y.z, s); s = fmaf(x.w, y.w, s);
   });
   return s;

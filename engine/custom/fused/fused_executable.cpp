@@ -107,10 +107,11 @@ class FusedExecutable final : public gpu::GpuExecutable {
           if (cluster_capacity_[size] >= 1) image_cluster_ = size;
         }
         multiprocessors_ = device.multiprocessors;
-        // ENGINE_FUSED_IMAGE_DENSE: 1 the plain loop, 2 operands 8 steps ahead, 3 (default) 16 steps
-        // ahead in a cluster's chunk warps (the one-thread-per-unit chunked loops: 16 in a cluster,
-        // 8 with one block per image, either way).
-        plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 3), 1, 3) - 1;
+        // ENGINE_FUSED_IMAGE_DENSE: 1 the plain loop, 2 operands 8 steps ahead, 3 16 steps ahead in
+        // a cluster's chunk warps, 4 (default) as 3 with a short chunk's operands loaded whole
+        // before its first step (the one-thread-per-unit chunked loops: 16 in a cluster, 8 with
+        // one block per image, either way). Same bits every way.
+        plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 4), 1, 4) - 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
           plan_.image.handoff_async = 0;
         // ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0: each unit's chunks one after another in one thread

@@ -170,7 +170,9 @@ struct ImageChainParams {
   int partial_off = 0;        // [kImageThreads] chunk partials between a unit's warps (image_chain.cu)
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
-  int dense_pipelined = 2;    // prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 0 the plain loop (A/B)
+  // Prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 3 16 and a
+  // cluster chunk warp's short chunk (under 32 rows) loaded whole first; 0 the plain loop (A/B).
+  int dense_pipelined = 3;
   // Clusters: each layer's outputs reach the other blocks as asynchronous stores that complete on a
   // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
   // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.
