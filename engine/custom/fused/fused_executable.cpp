@@ -16,9 +16,9 @@ namespace {
 // wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
 // kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it
 // (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), ENGINE_FUSED_IMAGE_DENSE=1
-// the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3, the default, 16 in
-// clusters), and
-// ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
+// the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3 16 in clusters; 4,
+// the default, 16 and short chunks loaded whole), ENGINE_FUSED_IMAGE_PARTIALS=loop the chunk
+// partials' plain loop, and ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
 // hand-offs, ENGINE_FUSED_IMAGE_FLATTEN=copy the conv-to-dense copy instead of the planned
 // in-place read, and ENGINE_FUSED_IMAGE_CONV_SPLIT=N / ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N which
 // clusters' conv layers take one-channel items (ImageChainParams), for benchmarks and tests; the

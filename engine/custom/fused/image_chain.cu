@@ -295,9 +295,9 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
             if (lane < sh.cols && p.partials_batched) {
               // Chunks 1-7's partials by predicated loads issued back to back, then the adds in
               // chunk order. The plain loop (below) issued its loads in dependent batches behind
-              // branches: batch 1 -0.35, -0.15 and 0.0 us on H100s (session 19). Exactly the loop's slots: a
-              // lane-major table read as two float4s was as fast (session 18) but also read slots
-              // no chunk of the layer wrote, which racecheck reported.
+              // branches: batch 1 -0.35, -0.15 and 0.0 us on H100s (session 19). Exactly the
+              // loop's slots: a lane-major table read as two float4s was as fast (session 18) but
+              // also read slots no chunk of the layer wrote, which racecheck reported.
               const unsigned base = smem_addr(smem + p.partial_off + lane);
               float t[7];
 #pragma unroll
