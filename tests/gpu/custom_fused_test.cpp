@@ -268,6 +268,10 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
       for (int batch : {33, 1}) compare(batch, "asynchronous, short chunks loaded quad by quad");
     }
     {
+      ScopedImageSwitch short_only("ENGINE_FUSED_IMAGE_DENSE", "4");
+      for (int batch : {33, 1}) compare(batch, "asynchronous, long chunks' last quads loaded after their last group");
+    }
+    {
       ScopedImageSwitch loop("ENGINE_FUSED_IMAGE_PARTIALS", "loop");
       for (int batch : {33, 1}) compare(batch, "asynchronous, the chunk partials added one load at a time");
     }

@@ -49,16 +49,17 @@ __device__ __forceinline__ float dense_chain4(const float* a, const float* w, in
 
 // The loop of dense_chain4_deep and dense_chunks4: `step(x, y)` on every quad of rows of a and w
 // (float4s), in order, with the operands of the next 16 steps loaded before the steps of these 16.
-// kShortAtOnce: a run of 1-7 quads (the clusters' 16-row chunks: 4) loads all its operands before
+// kAtOnce 1 or 2: a run of 1-7 quads (the clusters' 16-row chunks: 4) loads all its operands before
 // its first step, where the loop below waited for each quad's loads in turn: batch 1 15.55-15.68 us
 // against 16.42 on the H100, same call (session 19; ENGINE_FUSED_IMAGE_DENSE=3 runs the loop).
-template <bool kShortAtOnce = false, class Step>
+// kAtOnce 2: a longer run's last 1-3 quads also load before its last group's steps.
+template <int kAtOnce = 0, class Step>
 __device__ __forceinline__ void deep_quads(const float* a, const float* w, int rows, Step step) {
   const float4* a4 = reinterpret_cast<const float4*>(a);
   const float4* w4 = reinterpret_cast<const float4*>(w);
   const int n4 = rows / 4;
   int k = 0;
-  if (kShortAtOnce && n4 > 0 && n4 < 8) {
+  if (kAtOnce >= 1 && n4 > 0 && n4 < 8) {
     // Loads of quads past the run repeat its last quad (always in bounds) and are never used, so
     // they issue unconditionally, back to back; the steps keep the order.
     float4 ca[7], cw[7];
@@ -97,6 +98,23 @@ __device__ __forceinline__ void deep_quads(const float* a, const float* w, int r
         cw[i] = nw[i];
       }
     }
+    if (kAtOnce >= 2) {
+      // The last 1-3 quads (n4 % 4; f5's 13-quad chunks: 1) load before the last group's steps
+      // instead of after them (as above, quads past the run repeat its last one and go unused).
+      float4 ra[3], rw[3];
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const int q = min(k + i, n4 - 1);
+        ra[i] = a4[q];
+        rw[i] = w4[q];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) step(ca[i], cw[i]);
+#pragma unroll
+      for (int i = 0; i < 3; ++i)
+        if (k + i < n4) step(ra[i], rw[i]);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) step(ca[i], cw[i]);
   }
@@ -113,9 +131,9 @@ __device__ __forceinline__ void deep_quads(const float* a, const float* w, int r
 // same call: batch 1 15.97-16.19 us against 16.16-16.32 with 8 steps (ENGINE_FUSED_IMAGE_DENSE=2) and
 // 16.45-16.48 for the tree before; batch 64 22.3-22.6 against 22.7-22.8 and 23.1-23.5. Same sums in
 // the same order: the same bits.
-template <bool kShortAtOnce = false>
+template <int kAtOnce = 0>
 __device__ __forceinline__ float dense_chain4_deep(const float* a, const float* w, int rows, float s) {
-  deep_quads<kShortAtOnce>(a, w, rows, [&](const float4& x, const float4& y) {
+  deep_quads<kAtOnce>(a, w, rows, [&](const float4& x, const float4& y) {
     s = fmaf(x.x, y.x, s); s = fmaf(x.y, y.y, s); s = fmaf(x.z, y.z, s); s = fmaf(x.w, y.w, s);
   });
   return s;

@@ -16,8 +16,9 @@ namespace {
 // wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
 // kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it
 // (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), ENGINE_FUSED_IMAGE_DENSE=1
-// the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3 16 in clusters; 4,
-// the default, 16 and short chunks loaded whole), ENGINE_FUSED_IMAGE_PARTIALS=loop the chunk
+// the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3 16 in clusters; 4
+// 16 and short chunks loaded whole; 5, the default, also long chunks' last quads early),
+// ENGINE_FUSED_IMAGE_PARTIALS=loop the chunk
 // partials' plain loop, and ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
 // hand-offs, ENGINE_FUSED_IMAGE_FLATTEN=copy the conv-to-dense copy instead of the planned
 // in-place read, and ENGINE_FUSED_IMAGE_CONV_SPLIT=N / ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N which
@@ -108,10 +109,11 @@ class FusedExecutable final : public gpu::GpuExecutable {
         }
         multiprocessors_ = device.multiprocessors;
         // ENGINE_FUSED_IMAGE_DENSE: 1 the plain loop, 2 operands 8 steps ahead, 3 16 steps ahead in
-        // a cluster's chunk warps, 4 (default) as 3 with a short chunk's operands loaded whole
-        // before its first step (the one-thread-per-unit chunked loops: 16 in a cluster, 8 with
+        // a cluster's chunk warps, 4 as 3 with a short chunk's operands loaded whole before its
+        // first step, 5 (default) as 4 with a long chunk's last 1-3 quads loaded before its last
+        // group's steps (the one-thread-per-unit chunked loops: 16 in a cluster, 8 with
         // one block per image, either way). Same bits every way.
-        plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 4), 1, 4) - 1;
+        plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 5), 1, 5) - 1;
         if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
           plan_.image.handoff_async = 0;
         // ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0: each unit's chunks one after another in one thread

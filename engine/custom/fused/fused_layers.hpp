@@ -171,8 +171,9 @@ struct ImageChainParams {
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
   // Prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 3 16 and a
-  // cluster chunk warp's short chunk (under 32 rows) loaded whole first; 0 the plain loop (A/B).
-  int dense_pipelined = 3;
+  // cluster chunk warp's short chunk (under 32 rows) loaded whole first, 4 as 3 and a long chunk's
+  // last 1-3 quads loaded before its last group's steps; 0 the plain loop (A/B).
+  int dense_pipelined = 4;
   // Clusters: each layer's outputs reach the other blocks as asynchronous stores that complete on a
   // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
   // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.

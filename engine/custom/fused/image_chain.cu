@@ -246,7 +246,8 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     // Chunk warps: one chunk's sum (rows [k0, k0 + n) of the one slice, unit-major at wu) from
     // `init` (ENGINE_FUSED_IMAGE_DENSE picks the loop, for A/B).
     auto chunk_sum = [&](const float* wu, int k0, int n, float init) {
-      return p.dense_pipelined == 3 ? dense_chain4_deep<true>(a + k0, wu + k0, n, init)
+      return p.dense_pipelined == 4 ? dense_chain4_deep<2>(a + k0, wu + k0, n, init)
+             : p.dense_pipelined == 3 ? dense_chain4_deep<1>(a + k0, wu + k0, n, init)
              : p.dense_pipelined == 2 ? dense_chain4_deep(a + k0, wu + k0, n, init)
              : p.dense_pipelined    ? dense_chain4(a + k0, wu + k0, n, init)
                                     : dense_chain(a + k0, wu + k0, 1, n, init);
