@@ -52,7 +52,8 @@ __device__ __forceinline__ float dense_chain4(const float* a, const float* w, in
 // kAtOnce 1 or 2: a run of 1-7 quads (the clusters' 16-row chunks: 4) loads all its operands before
 // its first step, where the loop below waited for each quad's loads in turn: batch 1 15.55-15.68 us
 // against 16.42 on the H100, same call (session 19; ENGINE_FUSED_IMAGE_DENSE=3 runs the loop).
-// kAtOnce 2: a longer run's last 1-3 quads also load before its last group's steps.
+// kAtOnce 2: a longer run's last 1-3 quads also load before its last group's steps (f5: batch 1
+// -0.19 us, same call; ENGINE_FUSED_IMAGE_DENSE=4 loads them after).
 template <int kAtOnce = 0, class Step>
 __device__ __forceinline__ void deep_quads(const float* a, const float* w, int rows, Step step) {
   const float4* a4 = reinterpret_cast<const float4*>(a);
