@@ -222,8 +222,10 @@ class ScopedImageSwitch {
 // the clusters with the asynchronous hand-offs between layers, with conv items of two channels
 // only, of one channel everywhere, with the clusters' conv set-up worked out in the kernel instead of
 // read from the plan, with each dense unit's chunks summed in one thread instead of one warp per
-// chunk, with short chunks loaded quad by quad, with the chunk partials added by the plain loop, and
-// with cluster barriers.
+// chunk, with short chunks loaded quad by quad, with the chunk partials added by the plain loop, with
+// the one-channel items' weights loaded tap by tap, with the first input read into registers at the
+// entry, with the dense tail (the last dense layer's chunks summed in the blocks that computed their
+// inputs), and with cluster barriers.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
@@ -284,12 +286,70 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
       for (int batch : {5, 1}) compare(batch, "asynchronous, each unit's dense chunks in one thread");
     }
     {
+      ScopedImageSwitch regs("ENGINE_FUSED_IMAGE_PREFETCH", "regs");
+      for (int batch : {5, 1}) compare(batch, "asynchronous, the first input prefetched into registers");
+    }
+    {
+      ScopedImageSwitch tail("ENGINE_FUSED_IMAGE_TAIL", "1");
+      for (int batch : {5, 1}) compare(batch, "asynchronous, the dense tail (the last layer's chunks in their blocks)");
+    }
+    {
+      ScopedImageSwitch scalar_weights("ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS", "0");
+      for (int batch : {5, 1}) compare(batch, "asynchronous, one-channel items' weights by scalar loads");
+    }
+    {
       ScopedImageSwitch any_items("ENGINE_FUSED_IMAGE_CONV_SPLIT", "1000000");
       ScopedImageSwitch any_cluster("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", "2");
       for (int batch : {33, 1}) compare(batch, "asynchronous, one-channel conv items everywhere");
     }
     ScopedImageSwitch barrier("ENGINE_FUSED_IMAGE_HANDOFF", "barrier");
     for (int batch : {33, 5}) compare(batch, "cluster-barrier");
+  }
+}
+
+// The dense tail (ImageChainParams::dense_tail, ENGINE_FUSED_IMAGE_TAIL=1): in clusters of 8, LeNet-5's
+// shape (dense 120 -> 84 -> 10, softmax) sums f7's six chunks of 16 rows in the six blocks that
+// computed those 16 f6 outputs each, and block 0 adds them. The plan says so when it is on, and the
+// outputs have the tiled kernels' bits with it and without it (the default), at batches of 1 to 5.
+TEST(CustomFused, DenseTailGivesTheSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  for (OpType act : {OpType::Tanh, OpType::Relu}) {
+    testing_support::LenetLike o;
+    o.name = std::string("dense_tail_") + formats::op_name(act);
+    o.seed = 91;
+    o.act6 = act;
+    auto model = testing_support::lenet_like_model(o);
+    const int n = 5;
+    const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+    const auto pixels = testing_support::random_bytes(per_sample * n, 4242u);
+    std::vector<std::vector<float>> tiled;
+    {
+      ScopedImageMax off("0");
+      tiled = testing_support::run_backend(model, "custom", pixels.data(), n, n);
+    }
+    ScopedImageMax on("1000000");
+    engine::CompileOptions options;
+    options.max_batch = n;
+    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+    if (!contains(exe->plan_summary(), "a cluster of 8 blocks per image"))
+      GTEST_SKIP() << "this GPU runs no clusters of 8 blocks: " << exe->plan_summary();
+    EXPECT_FALSE(contains(exe->plan_summary(), "sum the last dense layer's")) << exe->plan_summary();
+    {
+      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_TAIL", "1");
+      auto with_tail = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+      EXPECT_TRUE(contains(with_tail->plan_summary(), "sum the last dense layer's 6 chunks in the blocks"))
+          << with_tail->plan_summary();
+    }
+    for (const char* tail : {"1", "0"}) {
+      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_TAIL", tail);
+      for (int batch : {1, 2, 5}) {
+        const auto image = testing_support::run_backend(model, "custom", pixels.data(), batch, n);
+        ASSERT_EQ(image.size(), tiled.size());
+        for (size_t k = 0; k < image.size(); ++k)
+          EXPECT_EQ(std::memcmp(image[k].data(), tiled[k].data(), image[k].size() * sizeof(float)), 0)
+              << "output " << k << " of " << batch << " images, ENGINE_FUSED_IMAGE_TAIL=" << tail;
+      }
+    }
   }
 }
 

@@ -110,7 +110,11 @@ __device__ __forceinline__ float pool_2x2(float a, float b, bool left_lane, bool
 // goes with the group (group-major), and every output's sum runs in the same order.
 // per > 0 (the image chain's clusters): this block's items are [part * per, part * per + per) and
 // the index reciprocals come from the plan (SpatialLayer::inv_*), instead of being worked out here.
-template <int K, int OCB, int YB, bool kGroupsInner = false, class Store = LocalStore, int OCU = OCB>
+// kOneChannelWeights (OCU = 1 only): the item's weights come from L.split_weight_off, one input
+// channel's K * K taps as float4 loads at the channel's start (the plan's second copy) instead of a
+// scalar load per tap: the same values in the same FMAs.
+template <int K, int OCB, int YB, bool kGroupsInner = false, class Store = LocalStore, int OCU = OCB,
+          bool kOneChannelWeights = false>
 __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ staged, float* smem, int T,
                            Store store = {}, int part = 0, int parts = 1, int per = 0) {
   static_assert(OCB % OCU == 0, "an item's channels divide its group's");
@@ -179,9 +183,23 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
     const float* in0 = smem + I.off + t * I.image + oy0 * pitch + ox * SW;
     // The packed group's weights ([group][c][ky][kx][OCB]), from this item's first channel in it.
     const float* w0 = weights + (g / kSplit) * (C * K * K * OCB) + (g % kSplit) * OCU;
+    static_assert(!kOneChannelWeights || OCU == 1, "the one-channel copy serves one-channel items");
+    constexpr int kTaps = (K * K + 3) / 4 * 4;
+    const float* w1 = staged + L.split_weight_off + c0 * C * kTaps;  // used with kOneChannelWeights only
     for (int c = 0; c < C; ++c) {
       const float* ic = in0 + c * I.channel;
       const float* wc = w0 + c * (K * K * OCB);
+      float wt[kOneChannelWeights ? kTaps : 1];
+      if constexpr (kOneChannelWeights) {
+#pragma unroll
+        for (int i = 0; i < kTaps / 4; ++i) {
+          const float4 q = reinterpret_cast<const float4*>(w1 + c * kTaps)[i];
+          wt[4 * i] = q.x;
+          wt[4 * i + 1] = q.y;
+          wt[4 * i + 2] = q.z;
+          wt[4 * i + 3] = q.w;
+        }
+      }
 #pragma unroll
       for (int kx = 0; kx < K; ++kx) {
         float v[YB + K - 1];
@@ -190,7 +208,9 @@ __device__ void conv_tiled(const SpatialLayer& L, const float* __restrict__ stag
 #pragma unroll
         for (int ky = 0; ky < K; ++ky) {
           float w[OCU];
-          if constexpr (OCU == OCB) {
+          if constexpr (kOneChannelWeights) {
+            w[0] = wt[ky * K + kx];
+          } else if constexpr (OCU == OCB) {
             load_weight_row<OCB>(wc + (ky * K + kx) * OCB, w);
           } else {
 #pragma unroll

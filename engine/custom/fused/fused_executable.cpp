@@ -119,6 +119,14 @@ class FusedExecutable final : public gpu::GpuExecutable {
         // ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0: each unit's chunks one after another in one thread
         // instead of one warp per chunk (same bits; for A/B).
         plan_.image.dense_parallel = env_int("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", 1) != 0 ? 1 : 0;
+        // ENGINE_FUSED_IMAGE_TAIL=1: the dense tail (one chunk of the last dense layer per block,
+        // summed where its inputs were computed) instead of the last layer in block 0 from every
+        // block's outputs (same bits; off by default, fused_layers.hpp says why).
+        plan_.image.dense_tail = env_int("ENGINE_FUSED_IMAGE_TAIL", 0) != 0 ? 1 : 0;
+        // ENGINE_FUSED_IMAGE_PREFETCH=regs: the first image's input read into registers at the
+        // kernel's entry (sessions 8-19) instead of at the image's start (same values; for A/B).
+        if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_PREFETCH"); f && *f)
+          plan_.image.input_prefetch = std::string(f) == "regs" ? 1 : 0;
         plan_.image.conv_split_items = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT", plan_.image.conv_split_items);
         plan_.image.conv_split_blocks = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", plan_.image.conv_split_blocks);
         plan_image_conv_setup(plan_.image);  // the split rule's switches above may have changed
@@ -150,14 +158,21 @@ class FusedExecutable final : public gpu::GpuExecutable {
                                            ? "; clusters sum a dense layer's chunks on one warp each where a block's units "
                                              "fit one warp and one weight slice"
                                            : "";
+        for (int s = 0; s < 4; ++s) plan_.image.tail_runs[s] = image_tail_runs(plan_.image, 1 << s);
+        const int tail_runs = image_tail_runs(plan_.image, image_cluster_);
+        const std::string tail_text =
+            tail_runs > 0 ? fmt::format("; clusters of {} sum the last dense layer's {} chunks in the blocks that "
+                                        "computed their inputs, block 0 adding them",
+                                        image_cluster_, tail_runs)
+                          : "";
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "
-            "{}{}{}{}; the same bits as the kernels above",
+            "{}{}{}{}{}; the same bits as the kernels above",
             image_max_, kImageThreads, double(bytes) / 1024, per_sm, kImageOcb, kImageRowsPerThread,
             kImageSliceFloats * 4 / 1024, cluster_text(),
             plan_.image.flatten_in_place ? "; the first dense layer reads the conv output in place" : "", split_text,
-            chunk_text));
+            chunk_text, tail_text));
       } else {
         plan_.summary.push_back(fmt::format("no image chain: a block with {} KiB of shared memory cannot be resident",
                                             bytes / 1024));

@@ -94,6 +94,9 @@ struct SpatialLayer {
   int oc_padded = 0;              // out channels rounded up to ocb; weights are zero past out.channels
   int weight_off = 0;             // conv: packed weights [oc_padded/ocb][C][kh][kw][ocb] in the staged block
   int bias_off = 0;               // conv: [oc_padded] (zeros when the node has no bias)
+  // The image chain's tiled convs: the weights again as [oc_padded][C][round_up(K * K, 4)], for the
+  // one-channel items' float4 loads (conv_tiled's kOneChannelWeights); -1: none.
+  int split_weight_off = -1;
   Epilogue epilogue;
   // A 2x2 stride-2 unpadded pool folded into a tiled conv (version 2): the conv's 4 rows x 2
   // neighbouring columns (this lane's and its partner lane's) make 2 pooled rows; `out` is then the
@@ -168,6 +171,7 @@ struct ImageChainParams {
   int acc_off = 0;            // [units_padded] running sums of the dense layer being computed
   int acc_chunk_off = 0;      // [units_padded] the unfinished chunk's partial sums (DenseLayer::chunk_rows)
   int partial_off = 0;        // [kImageThreads] chunk partials between a unit's warps (image_chain.cu)
+  int tail_off = 0;           // [kImageMaxCluster][32] the last dense layer's chunk partials from the other blocks
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
   // Prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 3 16 and a
@@ -199,6 +203,21 @@ struct ImageChainParams {
   // order (1); 0 one thread per unit runs its chunks one after another (ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0,
   // A/B). Same bits either way.
   int dense_parallel = 1;
+  // The dense tail (1; ENGINE_FUSED_IMAGE_TAIL=1, off by default): in clusters whose blocks can each
+  // take one chunk of the last dense layer (tail_runs, from fused_plan.cpp's image_tail_runs), the
+  // layer before it splits its units in runs of the last layer's chunk_rows, one per block; each
+  // block sums the last layer's chunk over its own run's outputs (a warp, values by shuffles) and
+  // sends that partial to block 0, which adds them in chunk order and runs the softmax: one hand-off
+  // of a few floats per block instead of every block's outputs to every block and a layer in block
+  // 0. Same sums in the same order either way. Off (0) by default: on H200s it measured -0.45 to
+  // +0.13 us at batch 1 (session 20), and compute-sanitizer's racecheck does not finish a launch
+  // that takes it (memcheck and synccheck do, clean), which is not yet understood.
+  int dense_tail = 0;
+  // The first image's input read into registers at the kernel's entry (1), or at the image's start
+  // as every later image's (0; ENGINE_FUSED_IMAGE_PREFETCH=regs gives 1, for A/B). Same values.
+  int input_prefetch = 0;
+  // The dense tail's blocks in clusters of 2^s (image_tail_runs, fused_plan.cpp), 0: no tail there.
+  int tail_runs[4] = {};
 };
 
 // Launchers (conv_chain.cu, dense_chain.cu, image_chain.cu). `blocks` is the persistent grid chosen at plan time;

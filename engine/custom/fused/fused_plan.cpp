@@ -134,6 +134,11 @@ constexpr int64_t kMaxSmemDim = int64_t(1) << 24;  // keeps every int index in t
 // The conv chain's layers, weights and buffers. `image`: the image chain's style (one image, 2 x 2
 // work items, buffers from offset 0 after the weights; the caller adds the dense part and checks
 // the total); otherwise the tiled kernel's (T images, as many as two blocks per SM allow).
+bool one_channel_weights() {
+  const char* env = std::getenv("ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS");
+  return !(env && std::string(env) == "0");
+}
+
 void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, const DeviceShape& dev, bool image,
                   ConvChainParams& p, std::vector<float>& w, std::vector<std::string>& summary) {
   std::vector<SpatialNode> producers;
@@ -208,6 +213,20 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
       if (node.bias)
         for (int oc = 0; oc < OC; ++oc) w[size_t(L.bias_off + oc)] = node.bias->values[size_t(oc)];
       w.resize(size_t(round_up(int64_t(w.size()), 4)), 0.0f);
+      // The image chain's one-channel items (conv_tiled's OCU = 1, clusters at batch 1) read their
+      // weights from a second copy, [oc_padded][C][kh * kw rounded up to 4]: one channel's taps as
+      // float4 loads (a broadcast across the item's lanes) instead of one scalar load per tap, 2
+      // floats apart (ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS=0: the scalar loads, A/B). Same values, same sums.
+      if (image && is_tiled(L.variant) && one_channel_weights()) {
+        const int taps = round_up(KH * KW, 4);
+        L.split_weight_off = int(w.size());
+        w.resize(w.size() + size_t(L.oc_padded) * size_t(C) * size_t(taps), 0.0f);
+        for (int oc = 0; oc < OC; ++oc)
+          for (int c = 0; c < C; ++c)
+            for (int k = 0; k < KH * KW; ++k)
+              w[size_t(L.split_weight_off) + (size_t(oc) * C + c) * size_t(taps) + size_t(k)] =
+                  src[(size_t(oc) * C + c) * size_t(KH * KW) + size_t(k)];
+      }
     } else {
       L.op = node.op == OpType::MaxPool ? SpatialOp::MaxPool : SpatialOp::AvgPool;
       L.count_include_pad = node.count_include_pad ? 1 : 0;
@@ -499,7 +518,8 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
     for (int l = 0; l < d.layer_count; ++l) widest_units = std::max<int64_t>(widest_units, d.layers[l].units_padded);
     p.acc_chunk_off = int(p.acc_off + widest_units);
     p.partial_off = int(p.acc_chunk_off + widest_units);
-    base = p.partial_off + kImageThreads;
+    p.tail_off = int(p.partial_off + kImageThreads);
+    base = p.tail_off + kImageMaxCluster * 32;
     for (int l = 0; l < d.layer_count; ++l) {
       p.bias_off[l] = int(base);
       base += d.layers[l].units_padded;  // a multiple of 4: every bias starts 16-byte aligned
@@ -515,6 +535,27 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
 }
 
 }  // namespace
+
+int image_tail_runs(const ImageChainParams& p, int size) {
+  if (!p.dense_tail || !p.handoff_async || !p.dense_parallel || !p.has_dense || !p.dense.softmax ||
+      p.dense.layer_count < 2 || size < 2)
+    return 0;
+  const DenseLayer& L = p.dense.layers[p.dense.layer_count - 1];
+  const DenseLayer& P = p.dense.layers[p.dense.layer_count - 2];
+  const int c = L.chunk_rows;
+  if (L.units_padded > 32 || c > 32 || c % 4 != 0 || L.in_padded != P.units_padded) return 0;
+  if (L.units_padded * c > kImageSliceFloats || L.units_padded * L.in_padded > kImageSliceFloats) return 0;
+  const int runs = (L.in_padded + c - 1) / c;
+  if (runs > size || runs > kImageMaxCluster) return 0;
+  // DenseShare(P, 0, size, false, c).chunk_warps > 0: block 0's run of c units in one slice, and
+  // 2 to 15 chunks of P's rows.
+  const int cols = std::min(c, P.units_padded);
+  int slice_rows = std::min(P.in_padded, kImageSliceFloats / cols / 4 * 4);
+  if ((slice_rows / 4) % 2 == 0 && cols * (slice_rows + 4) > kImageSliceFloats) slice_rows -= 4;
+  const int slices = (P.in_padded + slice_rows - 1) / slice_rows;
+  const int chunks = (P.in_padded + P.chunk_rows - 1) / P.chunk_rows;
+  return slices == 1 && chunks >= 2 && (chunks + 1) * 32 <= kImageThreads ? runs : 0;
+}
 
 void plan_image_conv_setup(ImageChainParams& p) {
   if (!p.has_conv) return;

@@ -60,5 +60,9 @@ int env_int(const char* name, int fallback);
 // p.conv_split_items and p.conv_split_blocks: plan_fused calls it, and the executable again after
 // its A/B switches change those two.
 void plan_image_conv_setup(ImageChainParams& p);
+// How many blocks of a cluster of `size` sum one chunk each of the last dense layer (the dense tail,
+// ImageChainParams::dense_tail and tail_runs), or 0. The kernel trusts it: every block with a run
+// must sum the layer before the last on chunk warps (its DenseShare), or block 0 would wait forever.
+int image_tail_runs(const ImageChainParams& p, int size);
 
 }  // namespace engine::custom::fused

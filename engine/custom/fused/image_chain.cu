@@ -168,6 +168,14 @@ __device__ void run_conv_image(const SpatialLayer& L, const float* staged, float
   const int per = planned ? L.image_per[s] : 0;
   const bool split = kCluster && (planned ? (L.image_split >> s) & 1
                                           : split_conv_items(L, team.size, p.conv_split_items, p.conv_split_blocks));
+  if (split && L.split_weight_off >= 0) {
+    switch (L.variant) {
+      case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1, true>(L, staged, smem, 1, st, team.rank, team.size, per); return;
+      case ConvVariant::K3_2: conv_tiled<3, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1, true>(L, staged, smem, 1, st, team.rank, team.size, per); return;
+      case ConvVariant::K5_2: conv_tiled<5, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1, true>(L, staged, smem, 1, st, team.rank, team.size, per); return;
+      default: break;
+    }
+  }
   if (split) {
     switch (L.variant) {
       case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size, per); return;
@@ -224,6 +232,12 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
   float* acc_chunk = smem + p.acc_chunk_off;
   const int first_handoff = p.has_conv ? p.conv.layer_count : 0;
   const bool async = kCluster && p.handoff_async;
+  // The dense tail (ImageChainParams::tail_runs): the layer before the last (`pen`) ends in each block
+  // with the last layer's chunk over its own run; block 0 keeps chunk 0's sum (tail_sum, warp 0)
+  // and receives the others' at tail_off.
+  const int tail = kCluster && async ? team_tail_runs(p, team.size) : 0;
+  const int pen = dp.layer_count - 2;
+  float tail_sum = 0.0f;
   int buf = 0;
   for (int l = 0; l < dp.layer_count; ++l) {
     const DenseLayer& D = dp.layers[l];
@@ -232,6 +246,24 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     const unsigned epi = D.epilogue.code;
     const float* bias = smem + p.bias_off[l];
     const float* a = smem + D.in_off;
+    if (tail > 0 && last) {
+      // Block 0's first warp: chunk 0 (its own run, from the bias), then the other blocks' chunks in
+      // order, loaded at once; then the softmax on the lanes, as softmax_in_lanes's path does.
+      if (team.rank == 0 && threadIdx.x < 32) {
+        const int lane = int(threadIdx.x);
+        float t[kImageMaxCluster - 1];
+#pragma unroll
+        for (int r = 1; r < kImageMaxCluster; ++r) t[r - 1] = r < tail ? smem[p.tail_off + (r - 1) * 32 + lane] : 0.0f;
+        float v = tail_sum;
+#pragma unroll
+        for (int r = 1; r < kImageMaxCluster; ++r)
+          if (r < tail) v = __fadd_rn(v, t[r - 1]);
+        DENSE_MARK(l, 4, v);
+        softmax_lanes(lane < D.units ? apply_epilogue(v, epi) : 0.0f, D.units, y, lane);
+        DENSE_MARK(l, 5, 0.0f);
+      }
+      break;
+    }
     // A cluster's block computes a few units (f5: 16), so whole warps are left over: they request
     // the next slice after the barrier, while the units are computed (requested before it, by
     // every thread, the copies' issue sat between the previous layer and this one's FMAs: 0.5 us
@@ -256,7 +288,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
       auto request_next = [&](int t0) {  // the next slice (of this layer or the next) loads while this one is used
         if (j + 1 < sh.slices)
           request_slice(D, sh, j + 1, smem + p.slice_off[buf ^ 1], t0, int(blockDim.x) - t0);
-        else if (l + 1 < dp.layer_count)
+        else if (l + 1 < dp.layer_count && !(tail > 0 && l == pen))  // the tail stages its own rows
           request_slice(dp.layers[l + 1], s_share[l + 1], 0, smem + p.slice_off[buf ^ 1], t0, int(blockDim.x) - t0);
         __pipeline_commit();
       };
@@ -278,6 +310,16 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
         const int q = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
         if (q < sh.chunk_warps) {
           const int u = sh.u0 + lane;
+          if (tail > 0 && l == pen && q == 0) {
+            // The dense tail: lane j copies row j of the last layer's weights over this block's run
+            // (its chunk) into the free slice buffer, landed by the time the run's outputs are.
+            const DenseLayer& T = dp.layers[l + 1];
+            if (lane < T.units_padded)
+              for (int k = 0; k < sh.cols; k += 4)
+                __pipeline_memcpy_async(smem + p.slice_off[buf ^ 1] + lane * T.chunk_rows + k,
+                                        T.weight_u + size_t(lane) * T.in_padded + sh.u0 + k, 16);
+            __pipeline_commit();
+          }
           float v = 0.0f;
           if (lane < sh.cols) {
             CHAIN_CLOCK_BEGIN();
@@ -319,6 +361,28 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
             if (lanes_softmax) {
               TRACE_STAMP();
               softmax_lanes(u < D.units ? apply_epilogue(v, epi) : 0.0f, D.units, y, lane);
+            } else if (tail > 0 && l == pen) {
+              // The last layer's chunk over this block's run: lane j sums unit j, the run's outputs
+              // by shuffles, one fmaf per row ascending from the bias (block 0, chunk 0) or zero:
+              // the chunk order of DenseLayer::chunk_rows, so the same bits as every other path.
+              const DenseLayer& T = dp.layers[l + 1];
+              const float out = lane < sh.cols && u < D.units ? apply_epilogue(v, epi) : 0.0f;
+              __pipeline_wait_prior(0);  // this lane's row, requested above
+              const float* wt = smem + p.slice_off[buf ^ 1] + lane * T.chunk_rows;
+              float t = team.rank == 0 && lane < T.units_padded ? smem[p.bias_off[l + 1] + lane] : 0.0f;
+              for (int k = 0; k < sh.cols; k += 4) {  // runs are whole quads
+                const float4 w4 = *reinterpret_cast<const float4*>(wt + k);
+                const float x0 = __shfl_sync(0xffffffffu, out, k), x1 = __shfl_sync(0xffffffffu, out, k + 1);
+                const float x2 = __shfl_sync(0xffffffffu, out, k + 2), x3 = __shfl_sync(0xffffffffu, out, k + 3);
+                t = fmaf(x0, w4.x, t);
+                t = fmaf(x1, w4.y, t);
+                t = fmaf(x2, w4.z, t);
+                t = fmaf(x3, w4.w, t);
+              }
+              if (team.rank == 0) tail_sum = t;
+              else if (lane < T.units_padded)
+                async_store_to(0, smem + p.tail_off + (team.rank - 1) * 32 + lane, t,
+                               smem_addr(&s_handoff[first_handoff + l]));
             } else if (lane < sh.cols) {
               const float out = u < D.units ? apply_epilogue(v, epi) : 0.0f;
               if (async && !last) AsyncClusterStore{team.size, smem_addr(&s_handoff[first_handoff + l])}(&smem[D.out_off + u], out);
@@ -374,7 +438,8 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     // hand-offs, in block 0 alone: only its softmax or copy-out reads them).
     if (lanes_softmax) break;  // the image's output is written
     if (async && last) __syncthreads();
-    else if (async) handoff_wait(first_handoff + l, parity);
+    else if (async && !(tail > 0 && l == pen && team.rank != 0))  // the tail sends to block 0 alone
+      handoff_wait(first_handoff + l, parity);
     else team.sync();
     DENSE_MARK(l, 6, 0.0f);
     TRACE_STAMP();
@@ -400,10 +465,13 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
   const Team<kCluster> team;
   const auto st = team_store(team);
   const ConvChainParams& cp = p.conv;
-  // The first image's input, two elements per thread, requested before anything else.
+  // The first image's input, two elements per thread, requested before anything else
+  // (p.input_prefetch 1), or loaded at the image's start as every later image's is (0, the default:
+  // as fast on H200s in session 20, and no registers held through the prologue).
   float prefetched[2] = {0.0f, 0.0f};
   const int in_elements = cp.input_channels * cp.input_height * cp.input_width;
-  const bool prefetch = p.has_conv && in_elements <= 2 * int(blockDim.x) && int(blockIdx.x) / team.size < n;
+  const bool prefetch = p.input_prefetch == 1 && p.has_conv && in_elements <= 2 * int(blockDim.x) &&
+                        int(blockIdx.x) / team.size < n;
   if (prefetch) {
     const float* src = x + size_t(blockIdx.x / team.size) * in_elements;
     if (int(threadIdx.x) < in_elements) prefetched[0] = src[threadIdx.x];
@@ -424,10 +492,14 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
   const bool slice_in_conv = async && p.has_conv && p.has_dense && warps > 4;
   // With asynchronous hand-offs the team's first block computes the whole last dense layer (LeNet-5's
   // f7: 10 units, one warp) and keeps it: no hand-off before the softmax, which that block runs.
+  // The dense tail's runs (ImageChainParams::tail_runs) split the layer before the last one.
   {
     const int l = int(threadIdx.x) - (blockDim.x > 256 ? 256 : 0);  // warps the first layers leave idle
-    if (l >= 0 && l < dense_layers)
-      s_share[l] = DenseShare(dp.layers[l], team.rank, team.size, async && l == dense_layers - 1);
+    if (l >= 0 && l < dense_layers) {
+      const bool tail = kCluster && async && l == dense_layers - 2 && team_tail_runs(p, team.size) > 0;
+      s_share[l] = DenseShare(dp.layers[l], team.rank, team.size, async && l == dense_layers - 1,
+                              tail ? dp.layers[l + 1].chunk_rows : 0);
+    }
   }
   // Conv weights and biases, and the dense biases, staged once for every image this block runs
   // (their own group).
@@ -473,7 +545,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
         if (first_image) stage_dense_biases(p, smem, (warps - 4) * 32, 128);
       }
       __pipeline_commit();
-      if (async && threadIdx.x == keeper) handoff_arm_all(p);
+      if (async && threadIdx.x == keeper) handoff_arm_all(p, kCluster ? team_tail_runs(p, team.size) : 0, team.rank);
       TRACE_STAMP();
       for (int l = 0; l < cp.layer_count; ++l) {
         const SpatialLayer& L = cp.layers[l];
@@ -527,7 +599,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
       } else {
         team.sync();  // every block is past its previous image
       }
-      if (async && threadIdx.x == keeper) handoff_arm_all(p);
+      if (async && threadIdx.x == keeper) handoff_arm_all(p, kCluster ? team_tail_runs(p, team.size) : 0, team.rank);
     }
     if (!p.has_conv || !p.flatten_in_place) __syncthreads();
     TRACE_STAMP();

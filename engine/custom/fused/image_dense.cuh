@@ -30,10 +30,11 @@ struct DenseShare {
   int chunk_warps;
   float inv_quads;  // 1 / (quads per unit in a full slice): request_slice's index split (Divisor)
   DenseShare() = default;
-  __device__ DenseShare(const DenseLayer& D, int rank, int size, bool rank0_only = false) {
+  // run > 0: block r takes units [r * run, (r + 1) * run) (the dense tail's split, tail_runs).
+  __device__ DenseShare(const DenseLayer& D, int rank, int size, bool rank0_only = false, int run = 0) {
     const WorkRange<ClusterStore> r(D.units_padded, 4, rank, size);
-    u0 = rank0_only ? 0 : r.lo;
-    u1 = rank0_only ? (rank == 0 ? D.units_padded : 0) : r.hi;
+    u0 = rank0_only ? 0 : run > 0 ? min(rank * run, D.units_padded) : r.lo;
+    u1 = rank0_only ? (rank == 0 ? D.units_padded : 0) : run > 0 ? min(u0 + run, D.units_padded) : r.hi;
     cols = u1 - u0;
     unit_major = size > 1;
     slice_rows = D.in_padded;
@@ -57,6 +58,27 @@ struct DenseShare {
   }
 };
 __shared__ DenseShare s_share[kMaxDenseLayers];
+
+// The dense tail's runs for a team of `size` blocks (ImageChainParams::tail_runs, planned on the
+// host by image_tail_runs: fused_plan.cpp); 0 without the tail. Worked out here, its DenseShare
+// raised the kernel's register pressure at the entry and spilled the prefetched input (+0.6 us).
+__device__ __forceinline__ int team_tail_runs(const ImageChainParams& p, int size) {
+  return size >= 2 && size <= 8 ? p.tail_runs[31 - __clz(size)] : 0;
+}
+
+// One float into block `rank`'s shared memory at p's offset, counted on that block's mbarrier `bar`.
+__device__ __forceinline__ void async_store_to(int rank, float* p, float v, unsigned bar) {
+#if ENGINE_IMAGE_CHAIN_CLUSTERS
+  unsigned ra, rb;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(p)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(bar), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(ra),
+               "r"(__float_as_uint(v)), "r"(rb)
+               : "memory");
+#else
+  *p = v;
+#endif
+}
 
 // Requests slice `slice` of this block's units of a dense layer into `dst` (see DenseShare), 16-byte
 // copies by threads t0 .. t0 + threads - 1, consecutive threads on consecutive 16 bytes; the caller

@@ -117,12 +117,20 @@ __device__ __forceinline__ int spatial_bytes(const SpatialLayer& L) { return L.o
 
 // Arms every hand-off of one image (the keeper thread, once per image).
 // The last dense layer has no hand-off: the team's first block computes all of it (see dense_part).
-__device__ __forceinline__ void handoff_arm_all(const ImageChainParams& p) {
+// With the dense tail (`tail_runs` blocks: ImageChainParams::tail_runs) the layer before it hands block 0 the
+// other runs' partials of the last layer (units_padded floats each) and the other blocks nothing
+// (armed with no bytes: the phase completes at once).
+__device__ __forceinline__ void handoff_arm_all(const ImageChainParams& p, int tail_runs, int rank) {
   const int conv_layers = p.has_conv ? p.conv.layer_count : 0;
   for (int l = 0; l < conv_layers; ++l)
     if (!p.conv.layers[l].out.zero_fill) handoff_arm(l, spatial_bytes(p.conv.layers[l]));
   if (p.has_dense)
-    for (int l = 0; l + 1 < p.dense.layer_count; ++l) handoff_arm(conv_layers + l, p.dense.layers[l].units_padded * 4);
+    for (int l = 0; l + 1 < p.dense.layer_count; ++l) {
+      if (tail_runs > 0 && l + 2 == p.dense.layer_count)
+        handoff_arm(conv_layers + l, rank == 0 ? (tail_runs - 1) * p.dense.layers[l + 1].units_padded * 4 : 0);
+      else
+        handoff_arm(conv_layers + l, p.dense.layers[l].units_padded * 4);
+    }
 }
 
 // A cluster barrier in two halves without fences (arrive.relaxed): at the end of an async launch it
