@@ -21,9 +21,11 @@ namespace {
 // ENGINE_FUSED_IMAGE_PARTIALS=loop the chunk
 // partials' plain loop, and ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
 // hand-offs, ENGINE_FUSED_IMAGE_FLATTEN=copy the conv-to-dense copy instead of the planned
-// in-place read, and ENGINE_FUSED_IMAGE_CONV_SPLIT=N / ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N which
-// clusters' conv layers take one-channel items (ImageChainParams), for benchmarks and tests; the
-// bits are the same either way.
+// in-place read, ENGINE_FUSED_IMAGE_CONV_SPLIT=N / ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N which
+// clusters' conv layers take one-channel items, ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS=0 those items'
+// weights by scalar loads, ENGINE_FUSED_IMAGE_PREFETCH=regs the first input into registers at the
+// entry, and ENGINE_FUSED_IMAGE_TAIL=1 the dense tail (ImageChainParams), for benchmarks and tests;
+// the bits are the same either way.
 constexpr int kImageImagesPerSm = 12;
 
 class FusedExecutable final : public gpu::GpuExecutable {
