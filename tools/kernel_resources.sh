@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Registers, stack and spills of the custom backend's fused kernels as ptxas compiles them for one
+# architecture, and (with a disassembler) the source lines of every spill store and load in each
+# kernel. The image chain's cluster kernel sits at its 128-register cap: a change can move ptxas's
+# spills onto the critical path (session 20: a spill store that waited for the input's global load
+# at the entry; docs/perf-fused-gpu.md). Run it before a device call; no GPU needed.
+#   usage: tools/kernel_resources.sh [ARCH] [FILE.cu ...]   (default: 90, the fused kernels)
+# NVDISASM names nvdisasm (the CUDA toolkit's, or the one in Triton's wheel); without one, the
+# spills' lines are left out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+arch=${1:-90}; shift || true
+files=("$@"); ((${#files[@]})) || files=(engine/custom/fused/image_chain.cu engine/custom/fused/conv_chain.cu
+                                         engine/custom/fused/dense_chain.cu)
+nvcc=${NVCC:-nvcc}; command -v "$nvcc" >/dev/null || nvcc=/usr/local/cuda/bin/nvcc
+dis=${NVDISASM:-$(command -v nvdisasm || true)}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for f in "${files[@]}"; do
+  cubin=$tmp/$(basename "$f" .cu).cubin
+  "$nvcc" -std=c++17 -O3 -arch=sm_$arch --expt-relaxed-constexpr -lineinfo -I. -cubin -Xptxas -v -o "$cubin" "$f" \
+    2>"$tmp/ptxas.txt" || { cat "$tmp/ptxas.txt"; exit 1; }
+  echo "== $f (sm_$arch)"
+  # ptxas prints, per kernel: the entry's name, then its stack and spills, then its registers.
+  awk '/Compiling entry function/ { n = $0; sub(/.*function .\047?/, "", n); sub(/\047.*/, "", n) }
+       /bytes stack frame/ { s = $0; sub(/^[ \t]+/, "", s) }
+       /Used [0-9]+ registers/ { r = $0; sub(/.*Used /, "", r); sub(/,.*/, "", r);
+                                 if (n != "") printf "  %-16s %s  %s\n", r, s, n; n = "" }' "$tmp/ptxas.txt" |
+    c++filt | sed -E 's/engine::custom::fused::\(anonymous namespace\):://g'
+  if [[ -n $dis && -x $dis ]]; then
+    "$dis" -g -c "$cubin" >"$tmp/sass.txt" 2>/dev/null || continue
+    # For each STL/LDL, the source line that the disassembler names last before it.
+    awk '/^\.text\..*:$/ { k = $0; sub(/^\.text\./, "", k); sub(/:$/, "", k) }
+         /\/\/## File/ { l = $0; sub(/.*\/\/## File "/, "", l); sub(/", line /, ":", l); sub(/ .*/, "", l);
+                         sub(/.*\/engine\//, "engine/", l) }
+         / (STL|LDL)(\.[A-Z0-9]+)* / { op = ($0 ~ / STL/) ? "store" : "load"; c[k " " op " " l]++ }
+         END { for (x in c) print c[x], x }' "$tmp/sass.txt" | sort -k2,2 -k4,4V |
+      awk '{ printf "  spill %-5s x%d at %s in %s\n", $3, $1, $4, $2 }' | c++filt | sed -E 's/\(engine::custom::fused::.*//' | head -40
+  fi
+done
