@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -161,7 +162,7 @@ class FusedExecutable final : public gpu::GpuExecutable {
                                              "fit one warp and one weight slice"
                                            : "";
         for (int s = 0; s < 4; ++s) plan_.image.tail_runs[s] = image_tail_runs(plan_.image, 1 << s);
-        const int tail_runs = image_tail_runs(plan_.image, image_cluster_);
+        const int tail_runs = image_cluster_ > 1 ? plan_.image.tail_runs[std::countr_zero(unsigned(image_cluster_))] : 0;
         const std::string tail_text =
             tail_runs > 0 ? fmt::format("; clusters of {} sum the last dense layer's {} chunks in the blocks that "
                                         "computed their inputs, block 0 adding them",

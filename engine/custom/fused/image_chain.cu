@@ -381,7 +381,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
               }
               if (team.rank == 0) tail_sum = t;
               else if (lane < T.units_padded)
-                async_store_to(0, smem + p.tail_off + (team.rank - 1) * 32 + lane, t,
+                async_store_to(0, smem_addr(smem + p.tail_off + (team.rank - 1) * 32 + lane), t,
                                smem_addr(&s_handoff[first_handoff + l]));
             } else if (lane < sh.cols) {
               const float out = u < D.units ? apply_epilogue(v, epi) : 0.0f;

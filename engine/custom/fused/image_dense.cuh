@@ -66,20 +66,6 @@ __device__ __forceinline__ int team_tail_runs(const ImageChainParams& p, int siz
   return size >= 2 && size <= 8 ? p.tail_runs[31 - __clz(size)] : 0;
 }
 
-// One float into block `rank`'s shared memory at p's offset, counted on that block's mbarrier `bar`.
-__device__ __forceinline__ void async_store_to(int rank, float* p, float v, unsigned bar) {
-#if ENGINE_IMAGE_CHAIN_CLUSTERS
-  unsigned ra, rb;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(p)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(bar), "r"(rank));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(ra),
-               "r"(__float_as_uint(v)), "r"(rb)
-               : "memory");
-#else
-  *p = v;
-#endif
-}
-
 // Requests slice `slice` of this block's units of a dense layer into `dst` (see DenseShare), 16-byte
 // copies by threads t0 .. t0 + threads - 1, consecutive threads on consecutive 16 bytes; the caller
 // commits the group.

@@ -147,20 +147,26 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
+// One float into block `rank`'s shared memory at the offset of `a` (a shared address here), counted
+// on that block's mbarrier at the offset of `bar`.
+__device__ __forceinline__ void async_store_to(int rank, unsigned a, float v, unsigned bar) {
+#if ENGINE_IMAGE_CHAIN_CLUSTERS
+  unsigned ra, rb;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(bar), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(ra),
+               "r"(__float_as_uint(v)), "r"(rb)
+               : "memory");
+#endif
+}
+
 struct AsyncClusterStore {
   int size;
   unsigned bar;  // this layer's mbarrier (the same offset in every block)
   __device__ __forceinline__ void operator()(float* p, float v) const {
 #if ENGINE_IMAGE_CHAIN_CLUSTERS
     const unsigned a = smem_addr(p);
-    for (int r = 0; r < size; ++r) {
-      unsigned ra, rb;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(bar), "r"(r));
-      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(ra),
-                   "r"(__float_as_uint(v)), "r"(rb)
-                   : "memory");
-    }
+    for (int r = 0; r < size; ++r) async_store_to(r, a, v, bar);
 #else
     *p = v;
 #endif
