@@ -290,8 +290,12 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
       for (int batch : {5, 1}) compare(batch, "asynchronous, the first input prefetched into registers");
     }
     {
-      ScopedImageSwitch tail("ENGINE_FUSED_IMAGE_TAIL", "1");
-      for (int batch : {5, 1}) compare(batch, "asynchronous, the dense tail (the last layer's chunks in their blocks)");
+      ScopedImageSwitch tail("ENGINE_FUSED_IMAGE_TAIL", "0");
+      for (int batch : {5, 1}) compare(batch, "asynchronous, no dense tail (the last layer in block 0)");
+    }
+    {
+      ScopedImageSwitch general("ENGINE_FUSED_IMAGE_KERNEL", "general");
+      for (int batch : {5, 1}) compare(batch, "asynchronous, the general cluster kernel");
     }
     {
       ScopedImageSwitch scalar_weights("ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS", "0");
@@ -307,10 +311,10 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   }
 }
 
-// The dense tail (ImageChainParams::dense_tail, ENGINE_FUSED_IMAGE_TAIL=1): in clusters of 8, LeNet-5's
+// The dense tail (ImageChainParams::dense_tail, on unless ENGINE_FUSED_IMAGE_TAIL=0): in clusters of 8, LeNet-5's
 // shape (dense 120 -> 84 -> 10, softmax) sums f7's six chunks of 16 rows in the six blocks that
 // computed those 16 f6 outputs each, and block 0 adds them. The plan says so when it is on, and the
-// outputs have the tiled kernels' bits with it and without it (the default), at batches of 1 to 5.
+// outputs have the tiled kernels' bits with it (the default) and without it, at batches of 1 to 5.
 TEST(CustomFused, DenseTailGivesTheSameBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   for (OpType act : {OpType::Tanh, OpType::Relu}) {
@@ -333,12 +337,11 @@ TEST(CustomFused, DenseTailGivesTheSameBits) {
     auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
     if (!contains(exe->plan_summary(), "a cluster of 8 blocks per image"))
       GTEST_SKIP() << "this GPU runs no clusters of 8 blocks: " << exe->plan_summary();
-    EXPECT_FALSE(contains(exe->plan_summary(), "sum the last dense layer's")) << exe->plan_summary();
+    EXPECT_TRUE(contains(exe->plan_summary(), "sum the last dense layer's 6 chunks in the blocks")) << exe->plan_summary();
     {
-      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_TAIL", "1");
-      auto with_tail = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
-      EXPECT_TRUE(contains(with_tail->plan_summary(), "sum the last dense layer's 6 chunks in the blocks"))
-          << with_tail->plan_summary();
+      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_TAIL", "0");
+      auto no_tail = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+      EXPECT_FALSE(contains(no_tail->plan_summary(), "sum the last dense layer's")) << no_tail->plan_summary();
     }
     for (const char* tail : {"1", "0"}) {
       ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_TAIL", tail);
@@ -348,6 +351,65 @@ TEST(CustomFused, DenseTailGivesTheSameBits) {
         for (size_t k = 0; k < image.size(); ++k)
           EXPECT_EQ(std::memcmp(image[k].data(), tiled[k].data(), image[k].size() * sizeof(float)), 0)
               << "output " << k << " of " << batch << " images, ENGINE_FUSED_IMAGE_TAIL=" << tail;
+      }
+    }
+  }
+}
+
+// The specialised cluster kernels (ImageChainParams::cluster_kernel): LeNet-5's shape (5x5 convs)
+// and a chain of dense layers each run a kernel with only their own variants; the plan says which,
+// and the outputs have the tiled kernels' bits with it and with the general kernel
+// (ENGINE_FUSED_IMAGE_KERNEL=general), at batches of 1 to 5 (clusters of 8 and smaller).
+TEST(CustomFused, SpecialisedClusterKernelGivesTheSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const int n = 5;
+  testing_support::LenetLike o;
+  o.name = "specialised_lenet";
+  o.seed = 77;
+  auto lenet = testing_support::lenet_like_model(o);
+  const auto pixels =
+      testing_support::random_bytes(size_t(formats::element_count(lenet->input.raw_shape)) * n, 99u);
+  auto dense = ModelBuilder("specialised_dense", {67})
+                   .dense("d1", "x", 67, 45, 5)
+                   .unary("t1", OpType::Tanh, "d1")
+                   .dense("d2", "t1", 45, 10, 6)
+                   .unary("prob", OpType::Softmax, "d2")
+                   .outputs({"prob"})
+                   .build();
+  const auto features = testing_support::random_floats(size_t(67) * n, 7u);
+  struct Case {
+    std::shared_ptr<formats::Model> model;
+    const void* input;
+    const char* statement;
+  };
+  for (const Case& c : {Case{lenet, pixels.data(), "clusters run the cluster kernel specialised for 5x5 convolutions"},
+                        Case{dense, features.data(), "clusters run the cluster kernel specialised for chains without conv layers"}}) {
+    std::vector<std::vector<float>> tiled;
+    {
+      ScopedImageMax off("0");
+      tiled = testing_support::run_backend(c.model, "custom", c.input, n, n);
+    }
+    ScopedImageMax on("1000000");
+    engine::CompileOptions options;
+    options.max_batch = n;
+    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(c.model), options);
+    if (!contains(exe->plan_summary(), "a cluster of"))
+      GTEST_SKIP() << "this GPU runs no clusters: " << exe->plan_summary();
+    EXPECT_TRUE(contains(exe->plan_summary(), c.statement)) << exe->plan_summary();
+    {
+      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_KERNEL", "general");
+      auto general = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(c.model), options);
+      EXPECT_TRUE(contains(general->plan_summary(), "the general cluster kernel (ENGINE_FUSED_IMAGE_KERNEL=general)"))
+          << general->plan_summary();
+    }
+    for (const char* kernel : {"general", "specialised"}) {
+      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_KERNEL", kernel);
+      for (int batch : {1, 2, 5}) {
+        const auto image = testing_support::run_backend(c.model, "custom", c.input, batch, n);
+        ASSERT_EQ(image.size(), tiled.size());
+        for (size_t k = 0; k < image.size(); ++k)
+          EXPECT_EQ(std::memcmp(image[k].data(), tiled[k].data(), image[k].size() * sizeof(float)), 0)
+              << c.model->name << ": output " << k << " of " << batch << " images, " << kernel << " kernel";
       }
     }
   }

@@ -25,7 +25,8 @@ namespace {
 // in-place read, ENGINE_FUSED_IMAGE_CONV_SPLIT=N / ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N which
 // clusters' conv layers take one-channel items, ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS=0 those items'
 // weights by scalar loads, ENGINE_FUSED_IMAGE_PREFETCH=regs the first input into registers at the
-// entry, and ENGINE_FUSED_IMAGE_TAIL=1 the dense tail (ImageChainParams), for benchmarks and tests;
+// entry, ENGINE_FUSED_IMAGE_KERNEL=general the general cluster kernel where a specialised one
+// qualifies, and ENGINE_FUSED_IMAGE_TAIL=0 no dense tail (ImageChainParams), for benchmarks and tests;
 // the bits are the same either way.
 constexpr int kImageImagesPerSm = 12;
 
@@ -122,10 +123,10 @@ class FusedExecutable final : public gpu::GpuExecutable {
         // ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0: each unit's chunks one after another in one thread
         // instead of one warp per chunk (same bits; for A/B).
         plan_.image.dense_parallel = env_int("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", 1) != 0 ? 1 : 0;
-        // ENGINE_FUSED_IMAGE_TAIL=1: the dense tail (one chunk of the last dense layer per block,
-        // summed where its inputs were computed) instead of the last layer in block 0 from every
-        // block's outputs (same bits; off by default, fused_layers.hpp says why).
-        plan_.image.dense_tail = env_int("ENGINE_FUSED_IMAGE_TAIL", 0) != 0 ? 1 : 0;
+        // ENGINE_FUSED_IMAGE_TAIL=0: the last dense layer in block 0 from every block's outputs
+        // instead of the dense tail (one chunk of it per block, summed where its inputs were
+        // computed; same bits; for A/B).
+        plan_.image.dense_tail = env_int("ENGINE_FUSED_IMAGE_TAIL", 1) != 0 ? 1 : 0;
         // ENGINE_FUSED_IMAGE_PREFETCH=regs: the first image's input read into registers at the
         // kernel's entry (sessions 8-19) instead of at the image's start (same values; for A/B).
         if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_PREFETCH"); f && *f)
@@ -168,14 +169,21 @@ class FusedExecutable final : public gpu::GpuExecutable {
                                         "computed their inputs, block 0 adding them",
                                         image_cluster_, tail_runs)
                           : "";
+        // The cluster kernel: the one specialised for this chain where it qualifies (a fraction of the
+        // general kernel's code: the instruction caches start cold at each launch, session 21), or the
+        // general one (ENGINE_FUSED_IMAGE_KERNEL=general, for A/B; same bits).
+        const char* general = std::getenv("ENGINE_FUSED_IMAGE_KERNEL");
+        const std::string kernel_why =
+            plan_image_cluster_kernel(plan_.image, general && std::string(general) == "general");
+        const std::string kernel_text = image_cluster_ > 1 ? "; clusters run " + kernel_why : "";
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
             "{} block(s) per SM ({} output channels x {} rows per thread; dense weights staged in {} KiB slices); "
-            "{}{}{}{}{}; the same bits as the kernels above",
+            "{}{}{}{}{}{}; the same bits as the kernels above",
             image_max_, kImageThreads, double(bytes) / 1024, per_sm, kImageOcb, kImageRowsPerThread,
             kImageSliceFloats * 4 / 1024, cluster_text(),
             plan_.image.flatten_in_place ? "; the first dense layer reads the conv output in place" : "", split_text,
-            chunk_text, tail_text));
+            chunk_text, tail_text, kernel_text));
       } else {
         plan_.summary.push_back(fmt::format("no image chain: a block with {} KiB of shared memory cannot be resident",
                                             bytes / 1024));

@@ -203,19 +203,25 @@ struct ImageChainParams {
   // order (1); 0 one thread per unit runs its chunks one after another (ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0,
   // A/B). Same bits either way.
   int dense_parallel = 1;
-  // The dense tail (1; ENGINE_FUSED_IMAGE_TAIL=1, off by default): in clusters whose blocks can each
-  // take one chunk of the last dense layer (tail_runs, from fused_plan.cpp's image_tail_runs), the
-  // layer before it splits its units in runs of the last layer's chunk_rows, one per block; each
+  // The dense tail (1; ENGINE_FUSED_IMAGE_TAIL=0 turns it off, for A/B): in clusters whose blocks can
+  // each take one chunk of the last dense layer (tail_runs, from fused_plan.cpp's image_tail_runs),
+  // the layer before it splits its units in runs of the last layer's chunk_rows, one per block; each
   // block sums the last layer's chunk over its own run's outputs (a warp, values by shuffles) and
   // sends that partial to block 0, which adds them in chunk order and runs the softmax: one hand-off
   // of a few floats per block instead of every block's outputs to every block and a layer in block
-  // 0. Same sums in the same order either way. Off (0) by default: on H200s it measured -0.45 to
-  // +0.13 us at batch 1 (session 20), and compute-sanitizer's racecheck does not finish a launch
-  // that takes it (memcheck and synccheck do, clean), which is not yet understood.
-  int dense_tail = 0;
+  // 0. Same sums in the same order either way. On by default since session 21: -0.4 to -0.6 us at
+  // batch 1 on an H200 in three rounds with the specialised cluster kernel; the blocks that send
+  // to block 0 no longer wait at a cluster barrier of their own there (the extra barrier phase
+  // kept compute-sanitizer's racecheck from finishing a launch; now 0 hazards).
+  int dense_tail = 1;
   // The first image's input read into registers at the kernel's entry (1), or at the image's start
   // as every later image's (0; ENGINE_FUSED_IMAGE_PREFETCH=regs gives 1, for A/B). Same values.
   int input_prefetch = 0;
+  // The cluster kernel (image_chain.cu): 0 the general one; K (2, 3, 5) the one specialised for
+  // chains whose conv layers are all tiled K x K convolutions, 1 for chains without conv layers,
+  // both only with asynchronous hand-offs and the default dense loop (plan_image_cluster_kernel,
+  // fused_plan.cpp). The same code runs; the specialised kernels leave out every other variant.
+  int cluster_kernel = 0;
   // The dense tail's blocks in clusters of 2^s (image_tail_runs, fused_plan.cpp), 0: no tail there.
   int tail_runs[4] = {};
 };

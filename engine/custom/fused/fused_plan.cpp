@@ -557,6 +557,26 @@ int image_tail_runs(const ImageChainParams& p, int size) {
   return slices == 1 && chunks >= 2 && (chunks + 1) * 32 <= kImageThreads ? runs : 0;
 }
 
+std::string plan_image_cluster_kernel(ImageChainParams& p, bool force_general) {
+  p.cluster_kernel = 0;
+  if (force_general) return "the general cluster kernel (ENGINE_FUSED_IMAGE_KERNEL=general)";
+  if (!p.handoff_async) return "the general cluster kernel: hand-offs through cluster barriers";
+  if (p.has_dense && p.dense_pipelined != 4) return "the general cluster kernel: a dense loop other than the default";
+  int k = 0;
+  for (int l = 0; p.has_conv && l < p.conv.layer_count; ++l) {
+    const SpatialLayer& L = p.conv.layers[l];
+    if (L.out.zero_fill) return fmt::format("the general cluster kernel: conv layer {}'s output is read padded", l);
+    if (L.op != SpatialOp::Conv) continue;
+    const int lk = L.variant == ConvVariant::K2_2 ? 2 : L.variant == ConvVariant::K3_2 ? 3 : L.variant == ConvVariant::K5_2 ? 5 : 0;
+    if (lk == 0 || (k != 0 && lk != k))
+      return "the general cluster kernel: the conv layers are not all tiled ones of one kernel size";
+    k = lk;
+  }
+  p.cluster_kernel = k == 0 ? 1 : k;  // 1: no conv layer
+  return k == 0 ? "the cluster kernel specialised for chains without conv layers"
+                : fmt::format("the cluster kernel specialised for {}x{} convolutions", k, k);
+}
+
 void plan_image_conv_setup(ImageChainParams& p) {
   if (!p.has_conv) return;
   for (int l = 0; l < p.conv.layer_count; ++l) {

@@ -64,5 +64,10 @@ void plan_image_conv_setup(ImageChainParams& p);
 // ImageChainParams::dense_tail and tail_runs), or 0. The kernel trusts it: every block with a run
 // must sum the layer before the last on chunk warps (its DenseShare), or block 0 would wait forever.
 int image_tail_runs(const ImageChainParams& p, int size);
+// Which cluster kernel runs the image chain (ImageChainParams::cluster_kernel) and, for the plan's
+// summary, why: a specialised one when every hand-off is asynchronous, every conv layer is a
+// tiled K x K one of the same K, and the dense chunks run the default loop; else the general one.
+// Called by the executable after its A/B switches (ENGINE_FUSED_IMAGE_KERNEL=general forces it).
+std::string plan_image_cluster_kernel(ImageChainParams& p, bool force_general);
 
 }  // namespace engine::custom::fused

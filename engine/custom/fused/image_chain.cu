@@ -157,7 +157,9 @@ __device__ __forceinline__ bool split_conv_items(const SpatialLayer& L, int bloc
   return per_block <= most_items;
 }
 
-template <bool kCluster, class Store>
+// kSpec (image_chain_body): 0 every variant; K > 1 only conv_tiled<K> items (the plan launches that
+// kernel only for chains whose conv layers are all K*_2).
+template <bool kCluster, int kSpec, class Store>
 __device__ void run_conv_image(const SpatialLayer& L, const float* staged, float* smem, const Team<kCluster>& team,
                                Store st, const ImageChainParams& p) {
   constexpr bool kGroupsInner = !kCluster;
@@ -168,6 +170,18 @@ __device__ void run_conv_image(const SpatialLayer& L, const float* staged, float
   const int per = planned ? L.image_per[s] : 0;
   const bool split = kCluster && (planned ? (L.image_split >> s) & 1
                                           : split_conv_items(L, team.size, p.conv_split_items, p.conv_split_blocks));
+  if constexpr (kSpec != 0) {
+    constexpr ConvVariant kVariant = kSpec == 2 ? ConvVariant::K2_2 : kSpec == 3 ? ConvVariant::K3_2 : ConvVariant::K5_2;
+    if (kSpec < 2 || L.variant != kVariant) __trap();  // the plan never launches it so
+    constexpr int K = kSpec < 2 ? 2 : kSpec;  // (kSpec 1 has no conv layers)
+    if (split && L.split_weight_off >= 0)
+      conv_tiled<K, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1, true>(L, staged, smem, 1, st, team.rank, team.size, per);
+    else if (split)
+      conv_tiled<K, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1>(L, staged, smem, 1, st, team.rank, team.size, per);
+    else
+      conv_tiled<K, kImageOcb, kImageRowsPerThread, kGroupsInner>(L, staged, smem, 1, st, team.rank, team.size, per);
+    return;
+  }
   if (split && L.split_weight_off >= 0) {
     switch (L.variant) {
       case ConvVariant::K2_2: conv_tiled<2, kImageOcb, kImageRowsPerThread, kGroupsInner, Store, 1, true>(L, staged, smem, 1, st, team.rank, team.size, per); return;
@@ -224,14 +238,14 @@ __device__ void store_prefetched_input(const ConvChainParams& p, const float (&v
 // Every dense layer of one image: its input row is at layers[0].in_off in every block of the team;
 // slice 0 of layer 0 was requested into slice buffer 0 (and committed) before the call. Ends with a
 // team barrier.
-template <bool kCluster>
+template <bool kCluster, int kSpec>
 __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kCluster>& team, unsigned parity,
                            float* y) {
   const DenseChainParams& dp = p.dense;
   float* acc = smem + p.acc_off;
   float* acc_chunk = smem + p.acc_chunk_off;
   const int first_handoff = p.has_conv ? p.conv.layer_count : 0;
-  const bool async = kCluster && p.handoff_async;
+  const bool async = kCluster && (kSpec != 0 || p.handoff_async);  // a specialised kernel's are, always
   // The dense tail (ImageChainParams::tail_runs): the layer before the last (`pen`) ends in each block
   // with the last layer's chunk over its own run; block 0 keeps chunk 0's sum (tail_sum, warp 0)
   // and receives the others' at tail_off.
@@ -278,11 +292,15 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     // Chunk warps: one chunk's sum (rows [k0, k0 + n) of the one slice, unit-major at wu) from
     // `init` (ENGINE_FUSED_IMAGE_DENSE picks the loop, for A/B).
     auto chunk_sum = [&](const float* wu, int k0, int n, float init) {
-      return p.dense_pipelined == 4 ? dense_chain4_deep<2>(a + k0, wu + k0, n, init)
+      if constexpr (kSpec != 0) {
+        return dense_chain4_deep<2>(a + k0, wu + k0, n, init);  // the plan's default loop
+      } else {
+        return p.dense_pipelined == 4 ? dense_chain4_deep<2>(a + k0, wu + k0, n, init)
              : p.dense_pipelined == 3 ? dense_chain4_deep<1>(a + k0, wu + k0, n, init)
              : p.dense_pipelined == 2 ? dense_chain4_deep(a + k0, wu + k0, n, init)
              : p.dense_pipelined    ? dense_chain4(a + k0, wu + k0, n, init)
                                     : dense_chain(a + k0, wu + k0, 1, n, init);
+      }
     };
     for (int j = 0; j < sh.slices; ++j) {
       auto request_next = [&](int t0) {  // the next slice (of this layer or the next) loads while this one is used
@@ -438,20 +456,24 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
     // hand-offs, in block 0 alone: only its softmax or copy-out reads them).
     if (lanes_softmax) break;  // the image's output is written
     if (async && last) __syncthreads();
-    else if (async && !(tail > 0 && l == pen && team.rank != 0))  // the tail sends to block 0 alone
-      handoff_wait(first_handoff + l, parity);
+    else if (async && tail > 0 && l == pen && team.rank != 0) {}  // the tail sends to block 0 alone: nothing comes
+    else if (async) handoff_wait(first_handoff + l, parity);
     else team.sync();
     DENSE_MARK(l, 6, 0.0f);
     TRACE_STAMP();
   }
 }
 
-// Two blocks per SM without clusters (batches of up to 12 images per SM, throughput: at most 64
-// registers); a cluster runs one block per SM.
-template <bool kCluster>
-__global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
-    image_chain_kernel(const __grid_constant__ ImageChainParams p, const float* __restrict__ conv_weights,
-                       const float* __restrict__ x, float* __restrict__ y, int n) {
+// The image chain for the images of one block (kCluster false) or of one cluster. kSpec 0: any
+// chain the plan accepts. kSpec > 0, clusters only (ImageChainParams::cluster_kernel): a chain whose
+// hand-offs are all asynchronous, whose conv layers are all K*_2 with K = kSpec (1: no conv layers)
+// and whose dense chunks run the default loop; the code for everything else is left out. LeNet-5's
+// kernel went from 558 to 161 KB of code and batch 1 from ~16.5 to ~14.8 us on an H200 (session 21,
+// docs/perf-fused-gpu.md): the SMs' instruction caches start cold at every launch, and each jump
+// into code not yet fetched waits; the less code between the parts a chain runs, the fewer waits.
+template <bool kCluster, int kSpec>
+__device__ __forceinline__ void image_chain_body(const ImageChainParams& p, const float* __restrict__ conv_weights,
+                                                 const float* __restrict__ x, float* __restrict__ y, int n) {
   extern __shared__ __align__(16) float smem[];
 #if ENGINE_IMAGE_CHAIN_TRACE
   // This launch's number: every earlier launch's count is in (the stream orders the launches).
@@ -478,7 +500,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
     if (int(threadIdx.x + blockDim.x) < in_elements) prefetched[1] = src[threadIdx.x + blockDim.x];
   }
   const DenseChainParams& dp = p.dense;
-  const bool async = kCluster && p.handoff_async;
+  const bool async = kCluster && (kSpec != 0 || p.handoff_async);
   const int conv_layers = p.has_conv ? cp.layer_count : 0;
   const int dense_layers = p.has_dense ? dp.layer_count : 0;
   // The hand-offs' mbarriers belong to the block's last warp (idle at batch 1 while the first
@@ -552,9 +574,9 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
 #if ENGINE_IMAGE_CHAIN_TRACE
         s_warp_mark_layer = l;  // every thread writes the same value (trace builds only)
 #endif
-        if (async && !L.out.zero_fill) {
+        if (kSpec != 0 || (async && !L.out.zero_fill)) {  // a specialised kernel has no other kind
           const AsyncClusterStore ast{team.size, smem_addr(&s_handoff[l])};
-          if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, ast, p);
+          if (L.op == SpatialOp::Conv) run_conv_image<kCluster, kSpec>(L, smem, smem, team, ast, p);
           else pool_layer(L, smem, 1, ast, team.rank, team.size);
           TRACE_STAMP();
           CONV_LAYER_MARK(l, 2);
@@ -568,7 +590,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
           zero_buffer(smem, L.out, 1);
           team.sync();  // zeros everywhere before any block stores into the buffer
         }
-        if (L.op == SpatialOp::Conv) run_conv_image(L, smem, smem, team, st, p);
+        if (L.op == SpatialOp::Conv) run_conv_image<kCluster, 0>(L, smem, smem, team, st, p);
         else pool_layer(L, smem, 1, st, team.rank, team.size);
         TRACE_STAMP();
         team.sync();
@@ -607,7 +629,7 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
       const DenseLayer& last = dp.layers[dp.layer_count - 1];
       const int U = last.units;
       float* dst = y + size_t(img) * U;
-      dense_part(p, smem, team, parity, dst);
+      dense_part<kCluster, kSpec>(p, smem, team, parity, dst);
       if (async && img + teams >= n) {
         cluster_arrive_relaxed();  // every hand-off this block waits for has landed
         arrived = true;
@@ -672,13 +694,48 @@ __global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
 #endif
 }
 
+// Two blocks per SM without clusters (batches of up to 12 images per SM, throughput: at most 64
+// registers); a cluster runs one block per SM.
+template <bool kCluster>
+__global__ void __launch_bounds__(kImageThreads, kCluster ? 1 : 2)
+    image_chain_kernel(const __grid_constant__ ImageChainParams p, const float* __restrict__ conv_weights,
+                       const float* __restrict__ x, float* __restrict__ y, int n) {
+  image_chain_body<kCluster, 0>(p, conv_weights, x, y, n);
+}
+
+// The specialised cluster kernels (image_chain_body's kSpec); nothing below sm_90, which has no clusters.
+template <int kSpec>
+__global__ void __launch_bounds__(kImageThreads, 1)
+    image_chain_special_kernel(const __grid_constant__ ImageChainParams p, const float* __restrict__ conv_weights,
+                               const float* __restrict__ x, float* __restrict__ y, int n) {
+#if ENGINE_IMAGE_CHAIN_CLUSTERS
+  image_chain_body<true, kSpec>(p, conv_weights, x, y, n);
+#else
+  __trap();
+#endif
+}
+
+using ImageChainKernel = void (*)(ImageChainParams, const float*, const float*, float*, int);
+
+// The cluster kernel for ImageChainParams::cluster_kernel.
+ImageChainKernel cluster_kernel(int spec) {
+  switch (spec) {
+    case 1: return image_chain_special_kernel<1>;
+    case 2: return image_chain_special_kernel<2>;
+    case 3: return image_chain_special_kernel<3>;
+    case 5: return image_chain_special_kernel<5>;
+    default: return image_chain_kernel<true>;
+  }
+}
+
 }  // namespace
 
 void image_chain_prepare(int smem_bytes, const char* context) {
   CUDA_CHECK_CTX(cudaFuncSetAttribute(image_chain_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
                  context);
-  CUDA_CHECK_CTX(cudaFuncSetAttribute(image_chain_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
-                 context);
+  for (int spec : {0, 1, 2, 3, 5})
+    CUDA_CHECK_CTX(cudaFuncSetAttribute(cluster_kernel(spec), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+                   context);
 }
 
 int image_chain_blocks_per_sm(int smem_bytes) {
@@ -736,7 +793,7 @@ void image_chain_forward(const ImageChainParams& p, const float* conv_weights, c
   // so the stamps show a warm second image beside the first (the study of what is cold per launch).
   if (const char* one = std::getenv("ENGINE_IMAGE_CHAIN_ONE_TEAM"); one && one[0] == '1') config.gridDim = dim3(unsigned(cluster));
 #endif
-  CUDA_CHECK_CTX(cudaLaunchKernelEx(&config, image_chain_kernel<true>, p, conv_weights, x, y, n), context);
+  CUDA_CHECK_CTX(cudaLaunchKernelEx(&config, cluster_kernel(p.cluster_kernel), p, conv_weights, x, y, n), context);
   CUDA_CHECK_LAUNCH(context);
 }
 
