@@ -468,7 +468,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
 // chain the plan accepts. kSpec > 0, clusters only (ImageChainParams::cluster_kernel): a chain whose
 // hand-offs are all asynchronous, whose conv layers are all K*_2 with K = kSpec (1: no conv layers)
 // and whose dense chunks run the default loop; the code for everything else is left out. LeNet-5's
-// kernel went from 558 to 161 KB of code and batch 1 from ~16.5 to ~14.8 us on an H200 (session 21,
+// kernel went from 546 to 162 KiB of code and batch 1 from ~16.5 to ~14.8 us on an H200 (session 21,
 // docs/perf-fused-gpu.md): the SMs' instruction caches start cold at every launch, and each jump
 // into code not yet fetched waits; the less code between the parts a chain runs, the fewer waits.
 template <bool kCluster, int kSpec>
