@@ -567,7 +567,7 @@ std::string plan_image_cluster_kernel(ImageChainParams& p, bool force_general) {
     const SpatialLayer& L = p.conv.layers[l];
     if (L.out.zero_fill) return fmt::format("the general cluster kernel: conv layer {}'s output is read padded", l);
     if (L.op != SpatialOp::Conv) continue;
-    const int lk = L.variant == ConvVariant::K2_2 ? 2 : L.variant == ConvVariant::K3_2 ? 3 : L.variant == ConvVariant::K5_2 ? 5 : 0;
+    const int lk = is_tiled(L.variant) ? L.kernel_h : 0;  // the image chain's tiled variants: K2_2, K3_2, K5_2
     if (lk == 0 || (k != 0 && lk != k))
       return "the general cluster kernel: the conv layers are not all tiled ones of one kernel size";
     k = lk;
