@@ -207,9 +207,8 @@ class ConvStep final : public Step {
     if (fp32 && (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       return "tensor-op math";
     // FFT and Winograd compute the convolution through transforms whose rounding error grows with
-    // the tile, not with the dot product: on the H100 the fastest one measured was off by 6e-4 on
-    // outputs near 7e-3. They break fp32 parity with the reference, so fp32 keeps to direct and
-    // GEMM-based algorithms; TF32 mode, which already trades accuracy, may use them.
+    // the tile, not with the dot product: they break fp32 parity with the reference, so fp32 keeps
+    // to direct and GEMM-based algorithms; TF32 mode, which already trades accuracy, may use them.
     if (fp32 && (perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
                  perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
                  perf.algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED))

@@ -1,14 +1,14 @@
-// conv2d with few output channels as a space-to-depth convolution (docs/perf-fused-gpu.md, "cudnn").
+// conv2d with few output channels as a space-to-depth convolution (the cudnn backend's design,
+// docs/design/).
 //
-// Why: cuDNN's fp32 implicit-GEMM kernels tile the output channels by 32 or more, so LeNet's c1
-// (1 -> 6 channels) leaves most of each tile idle: 2.3 TFLOP/s, 56 % of the backend's time. Folding
-// each 2x2 block of pixels into channels turns a stride-1 KhxKw convolution of [C, H, W] into a
-// (Kh/2+1)x(Kw/2+1) convolution of [4C, H/2, W/2] with 4K output channels, one per (channel, row
-// parity, column parity) of the output: 4x the useful tile width for 1.44x the multiply-adds (the
-// zero taps of the rearranged kernel; x * 0 adds exactly 0). Measured before writing this (PyTorch's
-// cuDNN, H200, 65,536 images): c1 6.8 ms -> 2.8 ms, c3 2.45 -> 1.25 ms.
+// Why: cuDNN's fp32 implicit-GEMM kernels tile the output channels by 32 or more, so a convolution
+// with few output channels (LeNet's c1: 1 -> 6) leaves most of each tile idle. Folding each 2x2 block
+// of pixels into channels turns a stride-1 KhxKw convolution of [C, H, W] into a (Kh/2+1)x(Kw/2+1)
+// convolution of [4C, H/2, W/2] with 4K output channels, one per (channel, row parity, column parity)
+// of the output: 4x the useful tile width for 1.44x the multiply-adds (the zero taps of the
+// rearranged kernel; x * 0 adds exactly 0).
 //
-//   input    xs[n, 4c + 2r + s, a, b] = x[n, c, 2a + r, 2b + s]                   (a strided copy: CopyKind)
+//   input    xs[n, 4c + 2r + s, a, b] = x[n, c, 2a + r, 2b + s]                   (a strided copy)
 //   weights  W2[4o + 2p + q, 4c + 2r + s, u, v] = w[o, c, 2u + r - p, 2v + s - q]  (0 outside the kernel)
 //   bias     b2[4o + 2p + q] = b[o]
 //   conv     ys = conv(xs, W2) + b2, padding pad/2      (an ordinary ConvStep: algorithm choice, fusion)
@@ -20,14 +20,11 @@
 // Where: stride 1, odd kernel sizes, symmetric even padding, even input height and width (so every
 // 2x2 block is whole), at most kMaxOutChannels output channels, and executables planned for at least
 // kMinBatch images: the two copies are two more launches per convolution, which cost more than the
-// idle tile width saves on small batches (LeNet-5, H200, CUDA graph: batch 1 39.5 us with, 34.8 us
-// without; 1,024 images 6.08 M/s with, 4.50 M/s without). ENGINE_CUDNN_S2D=0 turns it off, =1 on
-// whatever the batch (A/B, tests). Each output is a dot product over the same taps as the direct convolution plus zero taps,
-// in cuDNN's order: fp32 parity with the reference holds as for any cuDNN algorithm.
+// idle tile width saves on small batches. CudnnOptions::space_to_depth turns it off, or on whatever
+// the batch. Each output is a dot product over the same taps as the direct convolution plus zero
+// taps, in cuDNN's order: fp32 parity with the reference holds as for any cuDNN algorithm.
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "engine/cudnn/steps.hpp"
@@ -37,17 +34,6 @@ namespace {
 
 constexpr int kMaxOutChannels = 16;
 constexpr int kMinBatch = 256;
-
-// How a rearrangement (a strided copy) is asked of cuDNN. The obvious call, cudnnTransformTensor,
-// is slow on these strided views: LeNet-5 at 65,536 took 14.3 ms with it (11.5 ms without
-// space-to-depth), 15.2 ms with four 4-D transforms per copy; cudnnAddTensor (y = 1 x + 0 y, y not
-// read) and cudnnOpTensor max(x, x) do the same copy at memory speed: 6.55 ms (H200, CUDA graph;
-// docs/perf-fused-gpu.md, "cudnn"). ENGINE_CUDNN_S2D_COPY=transform keeps the first for A/B.
-enum class CopyKind { Add, Transform };
-CopyKind copy_kind() {
-  const char* env = std::getenv("ENGINE_CUDNN_S2D_COPY");
-  return env && std::strcmp(env, "transform") == 0 ? CopyKind::Transform : CopyKind::Add;
-}
 
 // A 5-D tensor descriptor of the storage's type from dims and strides.
 void set_5d(cudnnTensorDescriptor_t desc, const Storage& s, const int (&dims)[5], const int (&strides)[5],
@@ -161,8 +147,8 @@ class SpaceToDepthConvStep final : public Step {
 
   std::string summary() const override {
     return fmt::format("{}: space-to-depth 2x2 ([{}, {}, {}] -> [{}, {}, {}], {}x{} kernel, {} output channels; "
-                       "copies by {}){}; {}",
-                       label_, c_, h_, w_, 4 * c_, h_ / 2, w_ / 2, kh_, kw_, 4 * k_, copy_ == CopyKind::Add ? "cudnnAddTensor" : "cudnnTransformTensor",
+                       "copies by cudnnAddTensor){}; {}",
+                       label_, c_, h_, w_, 4 * c_, h_ / 2, w_ / 2, kh_, kw_, 4 * k_,
                        activation_ ? fmt::format(", '{}' fused into the depth-to-space", activation_name_) : "",
                        conv_->summary());
   }
@@ -174,10 +160,9 @@ class SpaceToDepthConvStep final : public Step {
     const std::string what = label_ + (input ? ": space-to-depth of the input" : ": depth-to-space of the output");
     cudnnTensorDescriptor_t a = input ? (tail ? in_tail_ : in_full_) : (tail ? ys_tail_ : ys_full_);
     cudnnTensorDescriptor_t b = input ? (tail ? xs_tail_ : xs_full_) : (tail ? out_tail_ : out_full_);
-    if (copy_ == CopyKind::Transform)
-      CUDNN_CHECK_CTX(cudnnTransformTensor(ctx.cudnn, &one, a, from, &zero, b, to), what);
-    else  // beta = 0: the destination is not read
-      CUDNN_CHECK_CTX(cudnnAddTensor(ctx.cudnn, &one, a, from, &zero, b, to), what);
+    // cudnnAddTensor with beta = 0 (the destination is not read) copies these strided views at
+    // memory speed, where cudnnTransformTensor, the obvious call, is much slower on them.
+    CUDNN_CHECK_CTX(cudnnAddTensor(ctx.cudnn, &one, a, from, &zero, b, to), what);
   }
 
   // Descriptors of one chunk of n samples; (n, channel) merged into the first dimension.
@@ -214,19 +199,19 @@ class SpaceToDepthConvStep final : public Step {
   gpu::DeviceBuffer<unsigned char> xs_, ys_;
   std::unique_ptr<Step> conv_;
   ActivationDesc act_desc_;
-  CopyKind copy_ = copy_kind();
   BatchChunks chunks_;
   TensorDesc in_full_, xs_full_, ys_full_, out_full_, in_tail_, xs_tail_, ys_tail_, out_tail_;
 };
 
 }  // namespace
 
-std::optional<std::string> space_to_depth_refusal(const formats::Node& node, const Shape& input_shape, int max_batch) {
-  const char* env = std::getenv("ENGINE_CUDNN_S2D");
-  if (env && std::strcmp(env, "0") == 0) return "off (ENGINE_CUDNN_S2D=0)";
-  const bool forced = env && std::strcmp(env, "1") == 0;
-  if (!forced && max_batch < kMinBatch)
-    return fmt::format("planned for {} images (space-to-depth from {} on)", max_batch, kMinBatch);
+std::optional<std::string> space_to_depth_refusal(const BuildContext& ctx, const formats::Node& node,
+                                                  const Shape& input_shape) {
+  using Mode = CudnnOptions::SpaceToDepth;
+  const Mode mode = ctx.cudnn_options.space_to_depth;
+  if (mode == Mode::Never) return "off (CudnnOptions::space_to_depth)";
+  if (mode == Mode::Auto && ctx.max_batch < kMinBatch)
+    return fmt::format("planned for {} images (space-to-depth from {} on)", ctx.max_batch, kMinBatch);
   const auto& w = node.window;
   if (node.out_channels > kMaxOutChannels)
     return fmt::format("{} output channels fill cuDNN's tiles (space-to-depth only below {})", node.out_channels,

@@ -25,6 +25,7 @@
 
 #include "engine/core/registry.hpp"
 #include "engine/cudnn/cudnn_executable.hpp"
+#include "engine/cudnn/cudnn_options.hpp"
 #include "engine/cudnn/steps.hpp"
 #include "engine/cudnn/train/cudnn_trainer.hpp"
 #include "engine/gpu/device.hpp"
@@ -44,6 +45,7 @@ std::optional<std::string> unavailable_reason() {
 
 class CudnnBackend final : public Backend {
  public:
+  explicit CudnnBackend(const CudnnOptions& options) : options_(options) {}
   std::string name() const override { return "cudnn"; }
   int preferred_batch() const override { return 65536; }
   // fp16 / bf16: values and parameters stored in that type (NHWC), fp32 sums on tensor cores.
@@ -72,7 +74,8 @@ class CudnnBackend final : public Backend {
                                               "calibrate MODEL DATA -o OUT.json first",
                                               graph.model->name));
     // Handles, workspaces, algorithm choice and weights on the options' device, bound to it.
-    return gpu::compile_on_device(options, [&] { return std::make_unique<CudnnExecutable>(graph, options); });
+    return gpu::compile_on_device(options,
+                                  [&] { return std::make_unique<CudnnExecutable>(graph, options, options_); });
   }
   // Training (engine/cudnn/train/): every v1 op; fp32 with deterministic algorithms, on the current
   // device. Unavailable without a GPU: the registry reports the backend unavailable.
@@ -81,9 +84,27 @@ class CudnnBackend final : public Backend {
     check_supported(*this, graph);
     return train::make_cudnn_trainer(graph, options);
   }
+
+ private:
+  CudnnOptions options_;
 };
 
 }  // namespace
+
+const char* int8_conv_name(CudnnOptions::Int8Conv tactic) {
+  switch (tactic) {
+    case CudnnOptions::Int8Conv::Cudnn: return "cudnn";
+    case CudnnOptions::Int8Conv::Gemm: return "gemm";
+    case CudnnOptions::Int8Conv::GemmT: return "gemm_t";
+    case CudnnOptions::Int8Conv::Fastest: break;
+  }
+  return "";
+}
+
+std::unique_ptr<Backend> make_cudnn_backend(const CudnnOptions& options) {
+  return std::make_unique<CudnnBackend>(options);
+}
+
 }  // namespace engine::cudnn
 
 namespace engine {
@@ -95,7 +116,7 @@ void register_cudnn_backend(BackendRegistry& registry) {
                  "by default",
       .priority = 10,
       .unavailable_reason = [] { return cudnn::unavailable_reason(); },
-      .create = [] { return std::unique_ptr<Backend>(std::make_unique<cudnn::CudnnBackend>()); },
+      .create = [] { return cudnn::make_cudnn_backend(); },
   });
 }
 

@@ -3,9 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "engine/gpu/convert.hpp"
 
@@ -20,8 +19,10 @@ constexpr size_t kConvWorkspaceLimit = size_t(256) << 20;
 
 }  // namespace
 
-CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& options)
+CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& options,
+                                 const CudnnOptions& cudnn_options)
     : gpu::GpuExecutable(graph, options),
+      cudnn_options_(cudnn_options),
       cublas_workspace_(kCublasWorkspaceBytes, "cuBLAS workspace") {
   const std::string what = fmt::format("cudnn backend, model '{}'", graph_.model->name);
   // The base class poisons the arena with cudaMemset on the legacy default stream, which does not
@@ -44,6 +45,7 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   ctx.cudnn = cudnn_;
   ctx.cublas = cublas_;
   ctx.options = options_;
+  ctx.cudnn_options = cudnn_options_;
   ctx.max_batch = max_batch_;
   ctx.workspace_limit = std::min(kConvWorkspaceLimit, free_bytes / 4);
   ctx.stream = stream();
@@ -195,7 +197,7 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
     }
     switch (node.op) {
       case OpType::Conv2D: {
-        if (const auto refusal = space_to_depth_refusal(node, in0.shape, ctx.max_batch); !refusal) {
+        if (const auto refusal = space_to_depth_refusal(ctx, node, in0.shape); !refusal) {
           // A following activation that is the conv's only reader runs in the depth-to-space pass:
           // the conv writes its own scratch, never this block, so the activation's block may be any.
           std::optional<OpType> act;
@@ -284,7 +286,7 @@ Int8Input CudnnExecutable::int8_input(int value, const formats::Node& reader) co
 // fp32 NCHW unless asked otherwise: the exact path. fp16 / bf16 (and int8's fp32 values) store NHWC,
 // the layout cuDNN's tensor-core convolutions read without a transposition pass, unless a flatten of
 // a [C, H, W] value (C, H * W > 1) feeds something other than a dense layer: only a dense layer can
-// take the (h, w, c) order, by permuting its weight. ENGINE_CUDNN_LAYOUT=nchw|nhwc overrides the choice (A/B, tests).
+// take the (h, w, c) order, by permuting its weight. CudnnOptions::layout overrides the choice.
 Storage CudnnExecutable::choose_storage() {
   Storage s;
   const Precision p = options_.precision;
@@ -292,9 +294,8 @@ Storage CudnnExecutable::choose_storage() {
   // int8 keeps fp32 values, NHWC: the layout of cuDNN's int8 convolutions (its quantization kernel
   // reads NCHW too, when a flatten forces it below).
   bool nhwc = !s.fp32() || p == Precision::INT8;
-  const char* env = std::getenv("ENGINE_CUDNN_LAYOUT");
-  if (env && std::strcmp(env, "nhwc") == 0) nhwc = true;
-  if (env && std::strcmp(env, "nchw") == 0) nhwc = false;
+  if (cudnn_options_.layout == CudnnOptions::Layout::Nhwc) nhwc = true;
+  if (cudnn_options_.layout == CudnnOptions::Layout::Nchw) nhwc = false;
   if (nhwc) {
     for (size_t id = 0; id < graph_.values.size() && nhwc; ++id) {
       const Value& v = graph_.values[id];
@@ -399,7 +400,7 @@ void CudnnExecutable::choose_tactics() {
       cudaEventDestroy(b);
     }
   } owned{start, stop};
-  const char* forced = std::getenv("ENGINE_CUDNN_INT8_CONV");
+  const std::string forced = int8_conv_name(cudnn_options_.int8_conv);
   for (auto& step : steps_) {
     const int count = step->tactics();
     if (count < 2) continue;
@@ -418,14 +419,14 @@ void CudnnExecutable::choose_tactics() {
       ms[size_t(t)] /= kRuns;
       if (ms[size_t(t)] < ms[size_t(best)]) best = t;
     }
-    if (forced && *forced) {
+    if (!forced.empty()) {
       int named = -1;
       for (int t = 0; t < count; ++t)
         if (step->tactic_name(t) == forced) named = t;
       if (named < 0) {
         std::string names;
         for (int t = 0; t < count; ++t) names += (t ? ", " : "") + step->tactic_name(t);
-        throw std::invalid_argument(fmt::format("ENGINE_CUDNN_INT8_CONV={}: {} has no tactic of that name ({})",
+        throw std::invalid_argument(fmt::format("int8 convolution tactic '{}': {} has no tactic of that name ({})",
                                                 forced, step->label(), names));
       }
       best = named;

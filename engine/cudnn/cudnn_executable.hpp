@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cudnn/cudnn_options.hpp"
 #include "engine/cudnn/descriptors.hpp"
 #include "engine/cudnn/steps.hpp"
 #include "engine/gpu/gpu_executable.hpp"
@@ -15,7 +16,7 @@ namespace engine::cudnn {
 
 class CudnnExecutable final : public gpu::GpuExecutable {
  public:
-  CudnnExecutable(const Graph& graph, const CompileOptions& options);
+  CudnnExecutable(const Graph& graph, const CompileOptions& options, const CudnnOptions& cudnn_options);
   ~CudnnExecutable() override;
 
   void forward(int n) override;
@@ -36,6 +37,7 @@ class CudnnExecutable final : public gpu::GpuExecutable {
   // input's into steps_, the outputs' into `exits`, appended after the nodes).
   void add_edge_conversions(std::vector<std::unique_ptr<Step>>& exits);
 
+  CudnnOptions cudnn_options_;
   CudnnHandle cudnn_;
   gpu::DeviceBuffer<unsigned char> cublas_workspace_;  // declared first: outlives the handle using it
   CublasHandle cublas_;

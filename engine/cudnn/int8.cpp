@@ -289,8 +289,8 @@ class Int8ConvStep final : public Step {
   // (k = tap * C + c, zeros past the input's edges: any padding, symmetric or not, on the unpadded
   // input), cuBLAS's integer GEMM sums them against the filters, the int32 sums are dequantized. It
   // moves kh * kw times the input's bytes, but cuDNN's int8 kernels run far below the GPU's integer
-  // rate on convolutions with few channels (LeNet-5's c1: 34 ms for 65,536 images on an H200,
-  // session 13), where the GEMM streams at memory speed. The same integer sums either way.
+  // rate on convolutions with few channels (LeNet-5's c1), where the GEMM streams at memory speed.
+  // The same integer sums either way; the executable times both and keeps the faster.
   void plan_patch_gemm(const formats::Node& node) {
     const int taps = kh_ * kw_;
     const int64_t rows = int64_t(max_batch_) * oh_ * ow_;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/core/backend.hpp"
+#include "engine/cudnn/cudnn_options.hpp"
 #include "engine/cudnn/descriptors.hpp"
 #include "engine/gpu/buffers.hpp"
 
@@ -24,6 +25,7 @@ struct BuildContext {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
   CompileOptions options;
+  CudnnOptions cudnn_options;  // the backend's own choices (layout, space-to-depth, int8 tactic)
   int max_batch = 1;
   size_t workspace_limit = 0;  // largest convolution workspace an algorithm may ask for (bytes)
   cudaStream_t stream = nullptr;  // the executable's stream, for poisoning a step's private buffers
@@ -57,7 +59,7 @@ class Step {
   // Tactics: other ways to compute the same bits (int8 convolutions: cuDNN's kernel, or patches and a
   // cuBLAS GEMM). The executable times each at max_batch once everything is allocated and keeps the
   // fastest (CudnnExecutable::choose_tactics), TensorRT's builder's way; a step with one has nothing
-  // to choose. ENGINE_CUDNN_INT8_CONV=cudnn|gemm|gemm_t fixes the choice (A/B, tests).
+  // to choose. CudnnOptions::int8_conv fixes the choice.
   virtual int tactics() const { return 1; }
   virtual void use_tactic(int /*t*/) {}
   virtual std::string tactic_name(int /*t*/) const { return {}; }
@@ -70,10 +72,10 @@ class Step {
 };
 
 // cuDNN's pooling (and other per-sample) kernels answer CUDNN_STATUS_NOT_SUPPORTED once N reaches
-// 65,536 (seen here on an H100 with cuDNN 9.14 at N = 65,536; onnxruntime#29819 reports N = 65,535
-// working and 65,536 failing): the batch maps onto a 16-bit grid dimension. Steps whose calls take N
-// therefore run them on chunks of at most kBatchChunk samples. No arithmetic crosses samples in those
-// calls, so chunking changes no result; it adds launches only above the chunk size.
+// 65,536 (cuDNN 9.14; onnxruntime#29819 reports N = 65,535 working and 65,536 failing): the batch
+// maps onto a 16-bit grid dimension. Steps whose calls take N therefore run them on chunks of at
+// most kBatchChunk samples. No arithmetic crosses samples in those calls, so chunking changes no
+// result; it adds launches only above the chunk size.
 constexpr int kBatchChunk = 32768;
 
 class BatchChunks {
@@ -131,8 +133,10 @@ struct ConvFusion {
 std::unique_ptr<Step> make_conv_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
                                      const void* x, void* y, ConvFusion fusion, const std::string& fused_name);
 // conv2d as a space-to-depth convolution (conv_s2d.cpp): why `node` cannot take that path, or
-// nullopt when it can; the step, with a following relu / tanh / sigmoid computed by it when given.
-std::optional<std::string> space_to_depth_refusal(const formats::Node& node, const Shape& input_shape, int max_batch);
+// nullopt when it can (ctx: the batch planned for, CudnnOptions::space_to_depth); the step, with a
+// following relu / tanh / sigmoid computed by it when given.
+std::optional<std::string> space_to_depth_refusal(const BuildContext& ctx, const formats::Node& node,
+                                                  const Shape& input_shape);
 std::unique_ptr<Step> make_space_to_depth_conv_step(const BuildContext& ctx, const formats::Node& node,
                                                     const Shape& input_shape, const void* x, void* y,
                                                     std::optional<OpType> activation,

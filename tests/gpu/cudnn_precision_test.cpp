@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -18,6 +17,7 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/cudnn/cudnn_options.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/common/test_models.hpp"
 #include "tests/gpu/cudnn_test_util.hpp"
@@ -34,14 +34,16 @@ using testing_support::ModelBuilder;
 using testing_support::single_op_model;
 using testing_support::window;
 
-// Sets ENGINE_CUDNN_LAYOUT for one scope.
-class LayoutOverride {
- public:
-  explicit LayoutOverride(const char* layout) { setenv("ENGINE_CUDNN_LAYOUT", layout, 1); }
-  ~LayoutOverride() { unsetenv("ENGINE_CUDNN_LAYOUT"); }
-  LayoutOverride(const LayoutOverride&) = delete;
-  LayoutOverride& operator=(const LayoutOverride&) = delete;
-};
+using engine::cudnn::CudnnOptions;
+using Layout = CudnnOptions::Layout;
+
+// The cudnn backend with its storage layout fixed.
+CudnnOptions with_layout(Layout layout) {
+  CudnnOptions o;
+  o.layout = layout;
+  return o;
+}
+const char* layout_name(Layout layout) { return layout == Layout::Nhwc ? "nhwc" : "nchw"; }
 
 struct Case {
   std::shared_ptr<formats::Model> model;
@@ -86,8 +88,9 @@ std::vector<Case> cases() {
   return c;
 }
 
-std::string plan_of(const std::shared_ptr<formats::Model>& model, const engine::CompileOptions& options) {
-  auto backend = engine::BackendRegistry::instance().create("cudnn");
+std::string plan_of(const std::shared_ptr<formats::Model>& model, const engine::CompileOptions& options,
+                    const CudnnOptions& cudnn_options = {}) {
+  auto backend = engine::cudnn::make_cudnn_backend(cudnn_options);
   engine::CompileOptions o = options;
   o.max_batch = 300;
   return backend->compile(engine::plan_graph(model), o)->plan_summary();
@@ -95,13 +98,15 @@ std::string plan_of(const std::shared_ptr<formats::Model>& model, const engine::
 
 TEST(CudnnLayout, NhwcFp32MatchesCpu) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
-  LayoutOverride nhwc("nhwc");
+  const CudnnOptions nhwc = with_layout(Layout::Nhwc);
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.model->name);
-    EXPECT_NE(plan_of(c.model, {}).find("fp32 NHWC storage"), std::string::npos) << plan_of(c.model, {});
+    const std::string plan = plan_of(c.model, {}, nhwc);
+    EXPECT_NE(plan.find("fp32 NHWC storage"), std::string::npos) << plan;
     for (const auto& bc : cudnn_test::batch_cases())
       cudnn_test::expect_matches_cpu(c.model, bc, 5100 + uint32_t(bc.batch), -1.0f, 1.0f, {},
-                                     c.reduction ? cudnn_test::kFp32ReductionTolerance : cudnn_test::kFp32Tolerance);
+                                     c.reduction ? cudnn_test::kFp32ReductionTolerance : cudnn_test::kFp32Tolerance,
+                                     nhwc);
   }
 }
 
@@ -186,7 +191,7 @@ TEST(CudnnReducedPrecision, Lenet5OnMnist) {
 
 // int8 (engine/cudnn/int8.cpp) against the reference's int8 emulation, each model calibrated on the
 // batch's own input (tc_test::calibrated: engine calibrate's max method), in both layouts (NHWC, the
-// default; NCHW through ENGINE_CUDNN_LAYOUT), every batch case (odd sizes, partial batches), outputs
+// default; NCHW through CudnnOptions::layout), every batch case (odd sizes, partial batches), outputs
 // poisoned with NaN (compare_with_cpu: an element never written counts as unwritten). The two quantize
 // the same fp32 values with the same IEEE division and rounding, and the library's integer sums are
 // exact, so a layer reading the graph's input agrees to the float rounding of its scale (~1e-7). A
@@ -199,21 +204,21 @@ TEST(CudnnInt8, MatchesReferenceEmulation) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
   engine::CompileOptions options;
   options.precision = engine::Precision::INT8;
-  for (const char* layout : {"nhwc", "nchw"}) {
-    LayoutOverride override_layout(layout);
+  for (const Layout layout : {Layout::Nhwc, Layout::Nchw}) {
+    const auto backend = engine::cudnn::make_cudnn_backend(with_layout(layout));
     for (const auto& c : cases()) {
-      SCOPED_TRACE(std::string(layout) + " " + c.model->name);
+      SCOPED_TRACE(std::string(layout_name(layout)) + " " + c.model->name);
       double worst = 0;
       for (const auto& bc : cudnn_test::batch_cases()) {
         const size_t per_sample = size_t(formats::element_count(c.model->input.raw_shape));
         const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 5400 + uint32_t(bc.batch));
         const auto model = tc_test::calibrated(c.model, input.data(), bc.batch);
-        const auto r = testing_support::compare_with_cpu(model, "cudnn", input.data(), bc.batch, bc.max_batch, options);
+        const auto r = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch, options);
         EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
         EXPECT_LE(r.max_rel_error, 2e-2) << "batch " << bc.batch << ", worst " << r.worst;
         worst = std::max(worst, r.max_rel_error);
       }
-      std::cout << "[ measured ] cudnn int8 " << layout << " " << c.model->name
+      std::cout << "[ measured ] cudnn int8 " << layout_name(layout) << " " << c.model->name
                 << ": max relative error against the emulation " << worst << "\n";
     }
   }
@@ -234,8 +239,8 @@ std::shared_ptr<formats::Model> int8_small_model() {
 // GEMM and the (de)quantization kernels on the whole batch; one full and one partial batch. Bound 0.25,
 // not 2e-2: over 70,000 samples some of the dense layer's inputs land on the other side of a rounding
 // boundary (see MatchesReferenceEmulation), and the raw output 'd' (no softmax) has elements near zero
-// that compare_with_cpu judges against 1 % of the peak: one step moved such an element by 0.097 of that
-// (H200, session 13). An indexing or chunking bug shows as errors near 1 or unwritten elements.
+// that compare_with_cpu judges against 1 % of the peak: one quantization step moves such an element by
+// about 0.1 of that. An indexing or chunking bug shows as errors near 1 or unwritten elements.
 TEST(CudnnInt8, HugeBatches) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
   if (cudnn_test::sanitizer_run()) GTEST_SKIP() << "too slow under compute-sanitizer";
@@ -318,36 +323,36 @@ TEST(CudnnInt8, Lenet5OnMnist) {
 }
 
 // The int8 convolution's three tactics (engine/cudnn/int8.cpp: cuDNN's INT8_EXT_CONFIG kernel, or the
-// patches and cuBLAS's integer GEMM in either orientation), each forced with ENGINE_CUDNN_INT8_CONV,
-// give the same bits
-// (exact integer sums, one dequantization) on every model of cases() with a convolution, in both
-// layouts, at an odd batch; each plan names its tactic.
+// patches and cuBLAS's integer GEMM in either orientation), each fixed with CudnnOptions::int8_conv,
+// give the same bits (exact integer sums, one dequantization) on every model of cases() with a
+// convolution, in both layouts, at an odd batch; each plan names its tactic.
 TEST(CudnnInt8, TacticsGiveTheSameBits) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
   engine::CompileOptions options;
   options.precision = engine::Precision::INT8;
   const int n = 257;
-  for (const char* layout : {"nhwc", "nchw"}) {
-    LayoutOverride override_layout(layout);
+  for (const Layout layout : {Layout::Nhwc, Layout::Nchw}) {
     for (const auto& c : cases()) {
       bool has_conv = false;
       for (const auto& node : c.model->nodes) has_conv |= node.op == OpType::Conv2D;
       if (!has_conv) continue;
-      SCOPED_TRACE(std::string(layout) + " " + c.model->name);
+      SCOPED_TRACE(std::string(layout_name(layout)) + " " + c.model->name);
       const size_t per_sample = size_t(formats::element_count(c.model->input.raw_shape));
       const auto input = testing_support::random_floats(per_sample * size_t(n), 5700);
       const auto model = tc_test::calibrated(c.model, input.data(), n);
       std::vector<std::vector<float>> outputs;
-      for (const std::string tactic : {"cudnn", "gemm", "gemm_t"}) {
-        setenv("ENGINE_CUDNN_INT8_CONV", tactic.c_str(), 1);
-        outputs.push_back(testing_support::run_backend(model, "cudnn", input.data(), n, n, options).at(0));
-        const std::string plan = plan_of(model, options);
-        unsetenv("ENGINE_CUDNN_INT8_CONV");
-        EXPECT_NE(plan.find(tactic == "gemm"     ? "int8 patches + cublasGemmEx (channels as m)"
-                            : tactic == "gemm_t" ? "int8 patches + cublasGemmEx (pixels as m"
-                                                 : "int8 cudnnConvolutionForward"),
+      using Tactic = CudnnOptions::Int8Conv;
+      for (const Tactic tactic : {Tactic::Cudnn, Tactic::Gemm, Tactic::GemmT}) {
+        CudnnOptions cudnn_options = with_layout(layout);
+        cudnn_options.int8_conv = tactic;
+        const auto backend = engine::cudnn::make_cudnn_backend(cudnn_options);
+        outputs.push_back(testing_support::run_backend(model, *backend, input.data(), n, n, options).at(0));
+        const std::string plan = plan_of(model, options, cudnn_options);
+        EXPECT_NE(plan.find(tactic == Tactic::Gemm    ? "int8 patches + cublasGemmEx (channels as m)"
+                            : tactic == Tactic::GemmT ? "int8 patches + cublasGemmEx (pixels as m"
+                                                      : "int8 cudnnConvolutionForward"),
                   std::string::npos)
-            << tactic << ": " << plan;
+            << engine::cudnn::int8_conv_name(tactic) << ": " << plan;
       }
       for (size_t t = 1; t < outputs.size(); ++t) {
         ASSERT_EQ(outputs[0].size(), outputs[t].size());

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/registry.hpp"
 #include "formats/model.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
@@ -68,7 +69,7 @@ inline formats::Node dense_attrs(int units) {
 
 // Fresh random float inputs in [lo, hi) for `batch` samples; `backend` against cpu: no unwritten (NaN)
 // element, relative error (compare_with_cpu's measure) at most `tolerance`.
-inline void expect_matches_cpu(const std::string& backend, const std::shared_ptr<formats::Model>& model,
+inline void expect_matches_cpu(engine::Backend& backend, const std::shared_ptr<formats::Model>& model,
                                const BatchCase& bc, uint32_t seed, float lo, float hi,
                                const engine::CompileOptions& options, double tolerance) {
   const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
@@ -76,9 +77,17 @@ inline void expect_matches_cpu(const std::string& backend, const std::shared_ptr
   const auto c = testing_support::compare_with_cpu(model, backend, input.data(), bc.batch, bc.max_batch, options);
   const std::string where = "model '" + model->name + "', batch " + std::to_string(bc.batch) + " of " +
                             std::to_string(bc.max_batch);
-  EXPECT_EQ(c.unwritten, 0u) << where << ": NaN (unwritten) elements in the " << backend << " output";
+  EXPECT_EQ(c.unwritten, 0u) << where << ": NaN (unwritten) elements in the " << backend.name() << " output";
   EXPECT_LE(c.max_rel_error, tolerance) << where << ", worst " << c.worst;
   EXPECT_GT(c.elements, 0u) << where;
+}
+
+// The same for the registry's backend `backend`.
+inline void expect_matches_cpu(const std::string& backend, const std::shared_ptr<formats::Model>& model,
+                               const BatchCase& bc, uint32_t seed, float lo, float hi,
+                               const engine::CompileOptions& options, double tolerance) {
+  expect_matches_cpu(*engine::BackendRegistry::instance().create(backend), model, bc, seed, lo, hi, options,
+                     tolerance);
 }
 
 // Small models of every op kind, for the huge-batch cases: each call's batch crosses 65,535 samples.
