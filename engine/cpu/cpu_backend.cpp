@@ -1,6 +1,7 @@
 // The "cpu" backend: fp32 SIMD kernels chosen at run time from the CPU's features (AVX-512F, else
-// AVX2 + FMA, else the portable SSE2 ones), always available, the default when no GPU backend can run. Checked
-// against the "reference" backend (tests/cpu/fast_*_test.cpp).
+// AVX2 + FMA, else the portable SSE2 ones; CpuOptions, ENGINE_CPU_KERNELS force a set), always
+// available, the default when no GPU backend can run. Checked against the "reference" backend
+// (tests/cpu/fast_backend_test.cpp).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -13,6 +14,7 @@
 
 #include "engine/core/registry.hpp"
 #include "engine/cpu/cpu_executable.hpp"
+#include "engine/cpu/cpu_options.hpp"
 #include "engine/cpu/program.hpp"
 #include "engine/cpu/train_f32.hpp"
 
@@ -50,33 +52,33 @@ bool has_avx512f() {
 #endif
 }
 
-// The best kernels this CPU runs: AVX-512F, else AVX2+FMA, else the portable SSE2 ones.
-// ENGINE_CPU_KERNELS=avx512|avx2|portable forces a set (tests run each; benchmarks compare them);
-// one this CPU lacks is an error rather than a crash.
-const KernelSet& pick_kernels() {
-  const char* forced = std::getenv("ENGINE_CPU_KERNELS");
-  const std::string want = forced ? forced : "";
-  if (want == "portable") return kernels_portable();
-  if (want == "avx2") {
-    if (!has_avx2_fma()) throw std::runtime_error("cpu: ENGINE_CPU_KERNELS=avx2 but this CPU lacks AVX2 or FMA");
-    return *kernels_avx2();
+// The kernels `choice` names; Best: AVX-512F, else AVX2+FMA, else the portable SSE2 ones. One this
+// CPU lacks is an error rather than a crash.
+const KernelSet& pick_kernels(CpuOptions::Kernels choice) {
+  using Kernels = CpuOptions::Kernels;
+  switch (choice) {
+    case Kernels::Portable:
+      return kernels_portable();
+    case Kernels::Avx2:
+      if (!has_avx2_fma()) throw std::runtime_error("cpu: the avx2 kernels were asked for but this CPU lacks AVX2 or FMA");
+      return *kernels_avx2();
+    case Kernels::Avx512:
+      if (!has_avx512f()) throw std::runtime_error("cpu: the avx512 kernels were asked for but this CPU lacks AVX-512F");
+      return *kernels_avx512();
+    case Kernels::Best:
+      break;
   }
-  if (want == "avx512") {
-    if (!has_avx512f()) throw std::runtime_error("cpu: ENGINE_CPU_KERNELS=avx512 but this CPU lacks AVX-512F");
-    return *kernels_avx512();
-  }
-  if (!want.empty())
-    throw std::runtime_error(fmt::format("cpu: ENGINE_CPU_KERNELS must be avx512, avx2 or portable, got '{}'", want));
   if (has_avx512f()) return *kernels_avx512();
   return has_avx2_fma() ? *kernels_avx2() : kernels_portable();
 }
 
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(const CpuOptions& options) : options_(options) {}
   std::string name() const override { return "cpu"; }
   std::string description() const override {
     const std::string model = cpu_model_name();
-    return fmt::format("fp32 SIMD ({}) on {} ({} threads by default)", pick_kernels().name,
+    return fmt::format("fp32 SIMD ({}) on {} ({} threads by default)", pick_kernels(options_.kernels).name,
                        model.empty() ? std::string("the host CPU") : model, omp_get_max_threads());
   }
   std::optional<std::string> unsupported(const formats::Node& node) const override {
@@ -91,23 +93,47 @@ class CpuBackend : public Backend {
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     require_precision(*this, options);
     check_supported(*this, graph);
-    return std::make_unique<CpuExecutable>(graph, options, pick_kernels());
+    return std::make_unique<CpuExecutable>(graph, options, pick_kernels(options_.kernels));
   }
   std::optional<std::string> cannot_train() const override { return std::nullopt; }
   // The AVX2 build whenever the processor has it (same bits as the portable one, train_f32.hpp);
-  // ENGINE_CPU_KERNELS=portable forces the portable one, as it does for inference.
+  // CpuOptions::Kernels::Portable forces the portable one, as it does for inference.
   std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
     check_supported(*this, graph);
     if (!options.devices.empty())
       throw std::invalid_argument("backend 'cpu' trains on the host: --devices is for the GPU backends (custom, cudnn)");
-    const char* forced = std::getenv("ENGINE_CPU_KERNELS");
-    const bool portable = forced && std::string(forced) == "portable";
+    const bool portable = options_.kernels == CpuOptions::Kernels::Portable;
     return !portable && has_avx2_fma() ? make_trainer_f32_avx2(graph, options)
                                        : make_trainer_f32_portable(graph, options);
   }
+
+ private:
+  CpuOptions options_;
 };
 
 }  // namespace
+
+std::optional<CpuOptions::Kernels> parse_kernels(const std::string& name) {
+  if (name == "avx512") return CpuOptions::Kernels::Avx512;
+  if (name == "avx2") return CpuOptions::Kernels::Avx2;
+  if (name == "portable") return CpuOptions::Kernels::Portable;
+  return std::nullopt;
+}
+
+CpuOptions cpu_options_from_environment() {
+  CpuOptions options;
+  const char* forced = std::getenv("ENGINE_CPU_KERNELS");
+  if (forced == nullptr || *forced == '\0') return options;
+  const auto kernels = parse_kernels(forced);
+  if (!kernels)
+    throw std::runtime_error(
+        fmt::format("cpu: ENGINE_CPU_KERNELS must be avx512, avx2 or portable, got '{}'", forced));
+  options.kernels = *kernels;
+  return options;
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options) { return std::make_unique<CpuBackend>(options); }
+
 }  // namespace engine::cpu
 
 namespace engine {
@@ -119,7 +145,7 @@ void register_cpu_backend(BackendRegistry& registry) {
       // Above the reference (0), below the GPU backends (10, 20): the default when no GPU is usable.
       .priority = 5,
       .unavailable_reason = [] { return std::optional<std::string>(); },
-      .create = [] { return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>()); },
+      .create = [] { return cpu::make_cpu_backend(cpu::cpu_options_from_environment()); },
   });
 }
 

@@ -11,11 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/cpu/cpu_options.hpp"
 #include "formats/idx.hpp"
 #include "formats/model_loader.hpp"
 #include "tests/common/compare.hpp"
@@ -52,41 +55,45 @@ bool cpu_has(const char* feature) {
   return std::string(feature) == "portable";
 }
 
-// Runs the test body with the kernels this CPU picks ("best"), and with ENGINE_CPU_KERNELS=avx2
-// and =portable.
+// Runs the test body with the kernels this CPU picks ("best"), and with the avx2 and the portable
+// ones (CpuOptions::kernels), each through a cpu backend made for it.
 class FastCpu : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const std::string kernels = GetParam();
-    if (kernels == "best") {
-      ::unsetenv("ENGINE_CPU_KERNELS");
-      return;
+    engine::cpu::CpuOptions options;
+    if (kernels != "best") {
+      if (!cpu_has(kernels.c_str())) GTEST_SKIP() << "this CPU cannot run the " << kernels << " kernels";
+      options.kernels = *engine::cpu::parse_kernels(kernels);
     }
-    if (!cpu_has(kernels.c_str())) GTEST_SKIP() << "this CPU cannot run the " << kernels << " kernels";
-    ::setenv("ENGINE_CPU_KERNELS", kernels.c_str(), 1);
+    cpu_ = engine::cpu::make_cpu_backend(options);
   }
-  void TearDown() override { ::unsetenv("ENGINE_CPU_KERNELS"); }
+
+  engine::Backend& cpu() { return *cpu_; }
+
+  // `classifier`: the first output is a probability vector, whose argmax must agree too (elsewhere
+  // saturated values tie, and the argmax of a tie means nothing).
+  void expect_matches_reference(const std::shared_ptr<formats::Model>& model, const void* input, int batch,
+                                const std::string& what, bool classifier = false) {
+    const auto c = testing_support::compare_with_cpu(model, cpu(), input, batch, batch + 2);
+    EXPECT_EQ(c.unwritten, 0u) << what << " batch " << batch;
+    EXPECT_LE(c.max_abs_error, kTolerance) << what << " batch " << batch;
+    EXPECT_LE(c.max_rel_error, kRelTolerance) << what << " batch " << batch << ": " << c.worst;
+    if (classifier) EXPECT_EQ(c.argmax_mismatches, 0u) << what << " batch " << batch;
+  }
+
+  void check_float_model(const std::shared_ptr<formats::Model>& model, uint32_t seed, float lo, float hi,
+                         const std::string& what) {
+    const int64_t per = formats::element_count(model->input.raw_shape);
+    for (int batch : kBatches) {
+      const auto input = testing_support::random_floats(size_t(per) * batch, seed++, lo, hi);
+      expect_matches_reference(model, input.data(), batch, what);
+    }
+  }
+
+ private:
+  std::unique_ptr<engine::Backend> cpu_;
 };
-
-// `classifier`: the first output is a probability vector, whose argmax must agree too (elsewhere
-// saturated values tie, and the argmax of a tie means nothing).
-void expect_matches_reference(const std::shared_ptr<formats::Model>& model, const void* input, int batch,
-                              const std::string& what, bool classifier = false) {
-  const auto c = testing_support::compare_with_cpu(model, "cpu", input, batch, batch + 2);
-  EXPECT_EQ(c.unwritten, 0u) << what << " batch " << batch;
-  EXPECT_LE(c.max_abs_error, kTolerance) << what << " batch " << batch;
-  EXPECT_LE(c.max_rel_error, kRelTolerance) << what << " batch " << batch << ": " << c.worst;
-  if (classifier) EXPECT_EQ(c.argmax_mismatches, 0u) << what << " batch " << batch;
-}
-
-void check_float_model(const std::shared_ptr<formats::Model>& model, uint32_t seed, float lo, float hi,
-                       const std::string& what) {
-  const int64_t per = formats::element_count(model->input.raw_shape);
-  for (int batch : kBatches) {
-    const auto input = testing_support::random_floats(size_t(per) * batch, seed++, lo, hi);
-    expect_matches_reference(model, input.data(), batch, what);
-  }
-}
 
 TEST_P(FastCpu, Conv2dShapesPaddingStrides) {
   struct Case {
@@ -218,7 +225,7 @@ TEST_P(FastCpu, PreprocessingIsBitwiseTheReferences) {
     for (int batch : kBatches) {
       const auto pixels = testing_support::random_bytes(size_t(15 * width) * batch, 700 + batch);
       const auto want = testing_support::run_backend(model, "reference", pixels.data(), batch, batch);
-      const auto got = testing_support::run_backend(model, "cpu", pixels.data(), batch, batch);
+      const auto got = testing_support::run_backend(model, cpu(), pixels.data(), batch, batch);
       ASSERT_EQ(got[0].size(), want[0].size());
       EXPECT_EQ(std::memcmp(got[0].data(), want[0].data(), want[0].size() * sizeof(float)), 0)
           << "width " << width << " batch " << batch;
@@ -244,13 +251,13 @@ Images test_images(const std::string& path, int64_t limit) {
 }
 
 // The first output for every image, in batches of max_batch (the last one partial), NaN-poisoned.
-std::vector<float> run_all(const std::string& backend, const std::shared_ptr<const formats::Model>& model,
+std::vector<float> run_all(engine::Backend& backend, const std::shared_ptr<const formats::Model>& model,
                            const formats::ImageBatch& images, int max_batch, int threads) {
   const engine::Graph graph = engine::plan_graph(model);
   engine::CompileOptions options;
   options.max_batch = max_batch;
   options.threads = threads;
-  auto exe = engine::BackendRegistry::instance().create(backend)->compile(graph, options);
+  auto exe = backend.compile(graph, options);
   std::vector<std::vector<float>> outputs;
   std::vector<float*> pointers;
   for (size_t i = 0; i < graph.outputs.size(); ++i)
@@ -285,8 +292,8 @@ TEST_P(FastCpu, EveryCommittedModelOnItsTestSet) {
     const Images images = test_images(data, kImageLimit);
     if (!std::filesystem::exists(path) || !images.found) continue;
     auto model = std::make_shared<const formats::Model>(formats::load_model(path));
-    const auto ref = run_all("reference", model, images.batch, 1000, 0);
-    const auto got = run_all("cpu", model, images.batch, 1000, 0);
+    const auto ref = run_all(*engine::BackendRegistry::instance().create("reference"), model, images.batch, 1000, 0);
+    const auto got = run_all(cpu(), model, images.batch, 1000, 0);
     const size_t k = ref.size() / size_t(images.batch.count);
     double max_abs = 0;
     size_t same = 0, nan = 0;
@@ -324,12 +331,12 @@ TEST_P(FastCpu, BitwiseAcrossThreadsAndBatchSplits) {
     images.count = 1000, images.channels = 1, images.height = 28, images.width = 28;
     images.pixels = testing_support::random_bytes(784 * 1000, 77);
   }
-  const auto base = run_all("cpu", model, images, 1000, 1);
+  const auto base = run_all(cpu(), model, images, 1000, 1);
   for (float v : base) ASSERT_FALSE(std::isnan(v));
   for (int threads : {1, 2, 3})
     for (int split : {1, 7, 64, 1000}) {
       if (threads == 1 && split == 1000) continue;
-      const auto again = run_all("cpu", model, images, split, threads);
+      const auto again = run_all(cpu(), model, images, split, threads);
       ASSERT_EQ(again.size(), base.size());
       EXPECT_EQ(std::memcmp(again.data(), base.data(), base.size() * sizeof(float)), 0)
           << threads << " threads, batches of " << split;
@@ -363,7 +370,7 @@ TEST_P(FastCpu, ScaleShiftAndConcatBitwiseAcrossThreadsAndSplits) {
     engine::CompileOptions options;
     options.max_batch = split;
     options.threads = threads;
-    auto exe = engine::BackendRegistry::instance().create("cpu")->compile(graph, options);
+    auto exe = cpu().compile(graph, options);
     std::vector<float> all(size_t(10) * total, std::nanf(""));
     std::vector<float> out(size_t(10) * size_t(split));
     for (int start = 0; start < total; start += split) {
@@ -388,17 +395,36 @@ TEST_P(FastCpu, ScaleShiftAndConcatBitwiseAcrossThreadsAndSplits) {
 TEST_P(FastCpu, RejectsBadOptionsAndBatches) {
   auto model = testing_support::single_op_model(OpType::Relu, {4}, formats::Node{}, 1);
   const std::vector<float> input(4 * 5, 1.0f);
-  EXPECT_THROW(testing_support::run_backend(model, "cpu", input.data(), 5, 4), std::invalid_argument);
-  EXPECT_NO_THROW(testing_support::run_backend(model, "cpu", input.data(), 4, 4));
+  EXPECT_THROW(testing_support::run_backend(model, cpu(), input.data(), 5, 4), std::invalid_argument);
+  EXPECT_NO_THROW(testing_support::run_backend(model, cpu(), input.data(), 4, 4));
   engine::CompileOptions bad;
   bad.threads = -1;
-  EXPECT_THROW(testing_support::run_backend(model, "cpu", input.data(), 1, 1, bad), std::invalid_argument);
+  EXPECT_THROW(testing_support::run_backend(model, cpu(), input.data(), 1, 1, bad), std::invalid_argument);
   const engine::Graph graph = engine::plan_graph(model);
-  auto exe = engine::BackendRegistry::instance().create("cpu")->compile(graph, {.max_batch = 2});
+  auto exe = cpu().compile(graph, {.max_batch = 2});
   const std::string kernels = GetParam();
   EXPECT_NE(exe->plan_summary().find(kernels == "portable" ? "sse2" : kernels == "avx2" ? "avx2+fma" : "kernels"),
             std::string::npos)
       << exe->plan_summary();
+}
+
+// ENGINE_CPU_KERNELS, the operational setting the registry's "cpu" reads: each name, unset or empty
+// for the best set, and a clear error for anything else.
+TEST(CpuOptions, FromTheEnvironment) {
+  using Kernels = engine::cpu::CpuOptions::Kernels;
+  const char* before = std::getenv("ENGINE_CPU_KERNELS");
+  const std::string saved = before ? before : "";
+  const std::pair<const char*, Kernels> cases[] = {
+      {"avx512", Kernels::Avx512}, {"avx2", Kernels::Avx2}, {"portable", Kernels::Portable}, {"", Kernels::Best}};
+  for (const auto& [value, want] : cases) {
+    ::setenv("ENGINE_CPU_KERNELS", value, 1);
+    EXPECT_EQ(engine::cpu::cpu_options_from_environment().kernels, want) << value;
+  }
+  ::setenv("ENGINE_CPU_KERNELS", "sse9", 1);
+  EXPECT_THROW(engine::cpu::cpu_options_from_environment(), std::runtime_error);
+  ::unsetenv("ENGINE_CPU_KERNELS");
+  EXPECT_EQ(engine::cpu::cpu_options_from_environment().kernels, Kernels::Best);
+  if (before) ::setenv("ENGINE_CPU_KERNELS", saved.c_str(), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FastCpu, ::testing::Values("best", "avx2", "portable"),
