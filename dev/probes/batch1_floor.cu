@@ -1,7 +1,7 @@
 // What a batch-1 forward cannot go below on this GPU: the cost of the pieces the image chain is made
 // of, each timed the way `engine bench --batch 1 --cuda-graph` times a forward (event, one CUDA-graph
-// launch, event, synchronize; median of many). docs/perf-fused-gpu.md ("Session 8") has the numbers.
-//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/batch1_floor.cu -o /tmp/batch1_floor && /tmp/batch1_floor
+// launch, event, synchronize; median of many). docs/design/ (the fused GPU paths) records the results.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/probes/batch1_floor.cu -o /tmp/batch1_floor && /tmp/batch1_floor
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
 
@@ -17,7 +17,7 @@ namespace cg = cooperative_groups;
 __global__ void empty_kernel() {}
 
 // A kernel whose parameter block is as large as the image chain's (ImageChainParams: 4.4 KB): does
-// the launch pay for the bytes it carries? (session 11)
+// the launch pay for the bytes it carries?
 struct BigParams {
   int v[1100];
 };
@@ -74,7 +74,7 @@ __global__ void chain_kernel(int steps, float* sink) {
 
 // The 400-step chain of thread 0 while the block's other warps wait for it: at a block barrier
 // (mode 0), polling an mbarrier with try_wait (mode 1, what the image chain's hand-offs do), or
-// try_wait with a suspend-time hint (mode 2). Does the polling slow the working warp? (session 11)
+// try_wait with a suspend-time hint (mode 2). Does the polling slow the working warp?
 __global__ void chain_beside_waiters(int steps, int mode, float* sink) {
   __shared__ float a[512], w[512];
   __shared__ __align__(8) unsigned long long bar;

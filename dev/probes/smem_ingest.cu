@@ -1,16 +1,15 @@
-// How fast can one SM pull bytes from L2 into its shared memory? Session 15's solo chain (branch
-// next/solo-chain-ring) streams LeNet-5's 236 KB of dense weights into one SM; its first trace put
-// f5 5 us late. (It was not the bandwidth: docs/perf-fused-gpu.md, "Session 15".) Each
-// method moves B bytes of an L2-resident buffer (read once before, so no HBM) into one block's
-// shared memory, timed with %globaltimer from the block's first instruction to the moment every
+// How fast can one SM pull bytes from L2 into its shared memory (a design that streams LeNet-5's
+// dense weights into one SM depends on it)? Each method moves B bytes of an L2-resident buffer
+// (read once before, so no HBM) into one block's shared memory, timed with %globaltimer from the block's first instruction to the moment every
 // byte has landed (the median of 20 launches, one block; then 132 blocks at once, each its own copy,
 // for the aggregate):
 //   tma1   one cp.async.bulk of B bytes by one thread (an mbarrier counts the bytes)
-//   tma32  B / 32 KB bulk copies of 32 KB, all issued at once (the solo chain's ring slots)
+//   tma32  B / 32 KB bulk copies of 32 KB, all issued at once (a ring of 32 KB slots)
 //   tma4   B / 4 KB bulk copies of 4 KB
 //   cpasync  16-byte cp.async by 1,024 threads, then wait and a barrier
 //   ldg    float4 loads by 1,024 threads into registers (4 in flight each), stored to shared memory
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I. tools/probes/smem_ingest.cu -o /tmp/ingest && /tmp/ingest
+// docs/design/ (the fused GPU paths) records the results.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/probes/smem_ingest.cu -o /tmp/ingest && /tmp/ingest
 #include <cuda_pipeline.h>
 
 #include <algorithm>

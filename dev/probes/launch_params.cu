@@ -1,11 +1,11 @@
 // How much of batch 1's forward is the launch, and does the kernel's parameter size change it?
-// (docs/perf-fused-gpu.md, session 16.) The image chain's parameters (ImageChainParams) are 4,680
-// bytes, past the 4,096 bytes kernel parameters were limited to before CUDA 12.1. This probe
-// launches a kernel that does almost nothing, with parameters of 256 B to 8 KB, the way `engine
+// The image chain's parameters (ImageChainParams) are several KB, past the 4,096 bytes kernel
+// parameters were limited to before CUDA 12.1. This probe launches a kernel that does almost nothing, with parameters of 256 B to 8 KB, the way `engine
 // bench --cuda-graph` times a forward (event, launch, event, wait; median of many), in the image
 // chain's shape (clusters of 8 blocks of 512 threads, 150 KiB of dynamic shared memory) and
 // plainly (one block), as a plain launch and as a one-node CUDA graph.
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I. tools/probes/launch_params.cu -o /tmp/launch_params
+// docs/design/ (the fused GPU paths) records the results.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/probes/launch_params.cu -o /tmp/launch_params && /tmp/launch_params
 #include <algorithm>
 #include <cstdio>
 #include <vector>

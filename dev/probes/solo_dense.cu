@@ -1,23 +1,22 @@
-// Why did session 15's solo chain (branch next/solo-chain-ring: one image per SM, the dense weights
-// streamed through a ring of shared-memory slots) run its dense layers at ~13-30 cycles a row
-// (LeNet-5's f5: 120 units on 4 warps, dense_chain4 over unit-major chunks in shared memory) when
-// the image chain's clusters run the same loop at ~7.5-9? One block of 1,024 threads with ~200 KB
-// of shared memory; warps 0-3 (one thread per unit) run dense_chain4 over 400 rows at a pitch of
-// 404 floats, timed with clock64 by thread 0 (the median of 21 launches), in these settings:
-//   parked   the other 28 warps wait at a named barrier (the solo chain's dense part)
+// Why would a design with one image per SM (the dense weights streamed through a ring of
+// shared-memory slots) run its dense layers slower per row than the image chain's clusters run the
+// same loop? LeNet-5's f5: 120 units on 4 warps, dense_chain4 (engine/custom/fused/dense_steps.cuh,
+// the product's loop) over unit-major chunks in shared memory. One block of 1,024 threads with
+// ~200 KB of shared memory; warps 0-3 (one thread per unit) run dense_chain4 over 400 rows at a pitch
+// of 404 floats, timed with clock64 by thread 0 (the median of 21 launches), in these settings:
+//   parked   the other 28 warps wait at a named barrier (the one-image-per-SM design's dense part)
 //   exited   the other warps return at once
 //   spin     warp 31's lane 0 polls an mbarrier that never completes (the producer's wait) meanwhile
-//   tma      the weights land by one bulk copy just before (the solo chain's ring)
+//   tma      the weights land by one bulk copy just before (the ring)
 //   consts   dense_chain4 once per chunk of 68 rows, the bounds and pitch read from the kernel
-//            parameters (indexed constant loads): the solo chain's first loop
+//            parameters (indexed constant loads)
 //   runtime  the 400 rows as a kernel argument (a trip count unknown to the compiler, as in the kernels)
 //   15units  15 units on one warp (a cluster block's share of f5), the rest parked
 //   deep     dense_chain4_deep (16 steps in flight), rows as a kernel argument
 //   pitchprm the pitch read from the parameters (indexed), rows as a kernel argument, one call
-// docs/perf-fused-gpu.md ("Session 15") has the numbers: 6.6-7.4 cycles a row for 120 units (12 for
-// consts), 4.8 for 15; the cluster kernel's own f5 sums, clocked alone in its trace build, 5.8-6.1.
-// Rows cost = cycles / 400; floor: 4 cycles a row (the dependent FMA).
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I. tools/probes/solo_dense.cu -o /tmp/solo_dense && /tmp/solo_dense
+// Rows cost = cycles / 400; floor: 4 cycles a row (the dependent FMA). docs/design/ (the fused GPU
+// paths) records the results.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/probes/solo_dense.cu -o /tmp/solo_dense && /tmp/solo_dense
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

@@ -1,8 +1,7 @@
 #pragma once
-// What the probes share (every tools/probes/*.cu but lenet_fp16_mma.cu, which a test builds alone
-// for the host): a CUDA error check that exits, shared-memory addresses for inline PTX, and one
-// thread's TMA fill of shared memory (bulk copies counted on an mbarrier, waited for). Standalone:
-// each probe builds with nvcc alone.
+// What the probes share (dev/probes/*.cu): a CUDA error check that exits, shared-memory addresses
+// for inline PTX, and one thread's TMA fill of shared memory (bulk copies counted on an mbarrier,
+// waited for). Each probe builds with nvcc alone, from the repository's root (-I.).
 #include <cstdio>
 #include <cstdlib>
 

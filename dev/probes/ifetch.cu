@@ -3,8 +3,8 @@
 // (2,048 instructions, 32 KB of code), the same code a second time in the same launch, and a loop of
 // 32 FMAs x 64 iterations; then straight-line code that another warp of the same SM sub-partition ran
 // first (does warming the instruction cache from an idle warp help?). At 4 cycles per dependent FMA
-// the floor is 8,192 cycles. docs/perf-fused-gpu.md ("Session 14") has the numbers.
-//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/ifetch.cu -o /tmp/ifetch && /tmp/ifetch
+// the floor is 8,192 cycles. docs/design/ (the fused GPU paths) records the results.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/probes/ifetch.cu -o /tmp/ifetch && /tmp/ifetch
 #include <cstdio>
 #include <cstdlib>
 

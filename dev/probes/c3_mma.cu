@@ -1,4 +1,4 @@
-// Issue 15's first probe: LeNet-5's c3 alone (6x14x14 -> 16x10x10, 5x5, then tanh) as an implicit
+// LeNet-5's c3 alone (6x14x14 -> 16x10x10, 5x5, then tanh) as an implicit
 // GEMM on the tensor cores, `mma.sync.m16n8k16` with fp16 operands and fp32 sums, the A operand read
 // by `ldmatrix` straight from channels-last activations: a row of A is one output pixel, K is ordered
 // tap by tap with the 8 (6 + 2 zero) channels of a tap contiguous, so each 8-element row piece of an
@@ -7,11 +7,11 @@
 // 16 channels, 2 n-tiles. The weights' fragments stay in registers for the whole launch; each warp
 // runs one image at a time, the next image's input loading by cp.async meanwhile.
 //
-// Session 9 ran an earlier probe that gathered A tap by tap with scalar loads (66.2 M images/s at
-// 65,536; its source was lost); this one asks how far the ldmatrix layout moves that, and whether
-// c3 is then bound by the tensor cores, shared memory or DRAM (the `memory` variant does the same
-// loads and stores with no mma). docs/perf-custom-tensor-core.md has the prediction and the result.
-//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/c3_mma.cu -o /tmp/c3_mma && /tmp/c3_mma
+// The question before the tensor-core chain (engine/custom/fused/tc_chain.cuh) was written: how
+// fast is c3 with this layout, and is it then bound by the tensor cores, shared memory or DRAM (the
+// `memory` variant does the same loads and stores with no mma)? It uses the product's warp-level
+// operations (tc_warp.cuh); the kernel around them is this probe's own. docs/design/ (the fused GPU paths) records the results.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/probes/c3_mma.cu -o /tmp/c3_mma && /tmp/c3_mma
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 
@@ -22,7 +22,10 @@
 #include <random>
 #include <vector>
 
+#include "engine/custom/fused/tc_warp.cuh"  // ldmatrix_x4, mma_16816
 #include "probe_support.cuh"  // CK
+
+namespace tc = engine::custom::tc;
 
 constexpr int kH = 14, kW = 14, kC = 8;          // input, channels-last, 6 real channels
 constexpr int kOH = 10, kOW = 10, kOC = 16, kK = 5;
@@ -32,22 +35,6 @@ constexpr int kMTiles = 7;                        // ceil(100 / 16)
 constexpr int kWPitch = 216;                      // halfs per weight row: 432 B, ldmatrix rows on distinct banks
 constexpr int kImageHalfs = kH * kW * kC;         // 1,568 halfs = 3,136 B
 constexpr int kWarps = 4;
-
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                          unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // Copies one image's input (3,136 B) into a warp's buffer, 16 B per copy.
 __device__ __forceinline__ void request_image(const __half* src, __half* dst, int lane) {
@@ -84,8 +71,8 @@ __global__ void __launch_bounds__(kWarps * 32) c3_kernel(const __half* __restric
     const int q = lane / 8, r = lane % 8;
 #pragma unroll
     for (int kt = 0; kt < kKTiles; ++kt)
-      ldmatrix_x4(smem_u32(&s_w[(8 * (q / 2) + r) * kWPitch + 16 * kt + 8 * (q % 2)]), b[kt][0], b[kt][1], b[kt][2],
-                  b[kt][3]);
+      tc::ldmatrix_x4(&s_w[(8 * (q / 2) + r) * kWPitch + 16 * kt + 8 * (q % 2)], b[kt][0], b[kt][1], b[kt][2],
+                      b[kt][3]);
   }
   // This lane's A row (ldmatrix.x4: matrix q = rows 8 * (q % 2) .., k half q / 2) in each m-tile.
   const int a_row = 8 * ((lane / 8) % 2) + lane % 8, a_khalf = lane / 16;
@@ -104,15 +91,15 @@ __global__ void __launch_bounds__(kWarps * 32) c3_kernel(const __half* __restric
 #pragma unroll
         for (int kt = 0; kt < kKTiles; ++kt) {
           unsigned a0, a1, a2, a3;
-          ldmatrix_x4(smem_u32(origin + s_tap[2 * kt + a_khalf]), a0, a1, a2, a3);
-          mma_16816(acc[0], a0, a1, a2, a3, b[kt][0], b[kt][1]);
-          mma_16816(acc[1], a0, a1, a2, a3, b[kt][2], b[kt][3]);
+          tc::ldmatrix_x4(origin + s_tap[2 * kt + a_khalf], a0, a1, a2, a3);
+          tc::mma_16816<__half>(acc[0], a0, a1, a2, a3, b[kt][0], b[kt][1]);
+          tc::mma_16816<__half>(acc[1], a0, a1, a2, a3, b[kt][2], b[kt][3]);
         }
       } else {  // the same reads of the input, no tensor-core work
 #pragma unroll
         for (int kt = 0; kt < kKTiles; ++kt) {
           unsigned a0, a1, a2, a3;
-          ldmatrix_x4(smem_u32(origin + s_tap[2 * kt + a_khalf]), a0, a1, a2, a3);
+          tc::ldmatrix_x4(origin + s_tap[2 * kt + a_khalf], a0, a1, a2, a3);
           acc[0][0] += __uint_as_float(a0 ^ a1 ^ a2 ^ a3 ^ b[kt][0] ^ b[kt][2]) * 0.0f;
         }
       }

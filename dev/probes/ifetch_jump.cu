@@ -1,11 +1,10 @@
 // What does a jump into code not yet run cost on this GPU, and does the code stay cached from one
-// launch to the next? (Session 18: the image chain's every dense chain waited ~400 cycles for its
-// first shared-memory loads whatever the hand-off's acquire, and Nsight Compute put 13 % of the
-// batch-1 kernel's warp samples on `no_instruction`, at the first lines of phases.) Session 14's
-// ifetch.cu timed straight-line code, which the fetcher streams ahead of a 4-cycle FMA chain; this
-// one times calls of small functions (a 16-step dependent FMA chain, floor 64 cycles), each the
-// first run of its code in the block, against the same call again.
-//   nvcc -O3 -arch=sm_90 -std=c++17 tools/probes/ifetch_jump.cu -o /tmp/ifj && /tmp/ifj
+// launch to the next? (The image chain's phases begin with such jumps: Nsight Compute puts warp
+// samples on `no_instruction` at their first lines.) ifetch.cu times straight-line code, which the
+// fetcher streams ahead of a 4-cycle FMA chain; this one times calls of small functions (a 16-step
+// dependent FMA chain, floor 64 cycles), each the first run of its code in the block, against the
+// same call again.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I. dev/probes/ifetch_jump.cu -o /tmp/ifj && /tmp/ifj
 // Per launch (one block per SM, one warp timing): the median over blocks of each function's first
 // call and second call, in cycles; mode 1 lets a warp of another SM sub-partition call every
 // function first (does an idle warp warm the code for the busy one?); launches repeat, so launch 1
