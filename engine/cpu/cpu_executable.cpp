@@ -281,9 +281,8 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     per_thread_.push_back(ThreadBuffers{base, base + tile, base + tile + single});
   }
   pool_ = std::make_unique<TilePool>(threads_ - 1);
-  // Below this many images a partial tile costs more than the single-image path: on the 2-core
-  // EPYC a LeNet-5 tile of 16 (AVX-512) takes about as long as 7 single images, a tile of 8 (AVX2)
-  // as 4 (docs/cpu-perf-notes.md).
+  // Below this many images a partial tile costs more than the single-image path: a tile takes
+  // about as long as half its width in single images (the cpu backend's design, docs/design/).
   min_tile_images_ = std::max(2, lanes / 2);
 
   summary_ = fmt::format(

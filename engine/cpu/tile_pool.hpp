@@ -4,8 +4,8 @@
 //
 // Why not `omp parallel for`: its join waits for every thread of the team to arrive, even one that
 // got no item because it had not been scheduled yet. On a machine whose cores are shared with other
-// processes that wait is a scheduler time slice (milliseconds) per call: 2 threads at batch 64 ran
-// at a tenth of 1 thread's speed on the loaded 2-core VM (docs/cpu-perf-notes.md). Here the caller
+// processes that wait is a scheduler time slice (milliseconds) per call, which can make 2 threads
+// far slower than 1 (the cpu backend's design, docs/design/). Here the caller
 // takes every item nobody has claimed and waits only for items other threads are running; a worker
 // that wakes after the job is over finds nothing to claim.
 #include <atomic>

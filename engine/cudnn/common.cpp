@@ -104,7 +104,7 @@ ExplicitPad::ExplicitPad(const BuildContext& ctx, const std::string& label, int 
   chunks_.for_each([&](size_t first, bool tail) {
     TensorDesc whole;
     set_4d(whole, storage_, tail ? chunks_.tail() : kBatchChunk, c_, padded_h_, padded_w_, label_);
-    // A float for fp16 and bf16 tensors too, as alpha and beta (measured on cuDNN 9.14: the value's
+    // A float for fp16 and bf16 tensors too, as alpha and beta (seen with cuDNN 9.14: the value's
     // fp16 bits read as a float made the border 0, which max pooling then picked over negative inputs).
     CUDNN_CHECK_CTX(cudnnSetTensor(ctx.cudnn, whole, storage_.at(scratch_.data(), first * sample), &border_value),
                     label_);
