@@ -1,5 +1,5 @@
 #pragma once
-// Emulated reduced precisions for the reference backend (issue 15): what a device computing in
+// Emulated reduced precisions for the reference backend: what a device computing in
 // fp16, bf16 or int8 would store, applied to the reference's double-accumulated arithmetic, so each
 // precision's accuracy is measured (engine run --backend reference --precision P) before any device
 // kernel exists, and device kernels have a reference to be checked against.
