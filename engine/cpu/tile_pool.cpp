@@ -1,18 +1,36 @@
 #include "engine/cpu/tile_pool.hpp"
 
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
 namespace engine::cpu {
 
 TilePool::TilePool(int workers) {
-  for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i] { worker(i); });
+  try {
+    threads_.reserve(size_t(workers > 0 ? workers : 0));
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i] { worker(i); });
+  } catch (const std::exception& e) {
+    // The destructor does not run for a half-built pool: stop and join the workers that started,
+    // or they would wait forever on a condition variable that is about to be destroyed.
+    const size_t started = threads_.size();
+    stop_workers();
+    throw std::runtime_error("the cpu backend could not start its " + std::to_string(workers + 1) +
+                             " threads (" + std::to_string(started + 1) + " started: " + e.what() +
+                             "); ask for fewer with --threads");
+  }
 }
 
-TilePool::~TilePool() {
+TilePool::~TilePool() { stop_workers(); }
+
+void TilePool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
 }
 
 bool TilePool::claim(uint32_t generation, int items, int& item) {

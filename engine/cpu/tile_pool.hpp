@@ -21,6 +21,8 @@ class TilePool {
  public:
   using Fn = void (*)(void* context, int item, int thread);
 
+  // Starts `workers` threads; throws std::runtime_error (naming the count) when the system cannot
+  // start them all, after stopping those that did start.
   explicit TilePool(int workers);
   ~TilePool();
   TilePool(const TilePool&) = delete;
@@ -32,6 +34,7 @@ class TilePool {
 
  private:
   void worker(int index);
+  void stop_workers();
   // Claims the next item of job `generation`; false when that job has no item left (or is over).
   bool claim(uint32_t generation, int items, int& item);
 
