@@ -71,3 +71,32 @@ def test_formats_readme_float32_idx_recipe_feeds_a_float32_model(repo, tmp_path,
     b = tensors[node["tensors"]["bias"]] if "bias" in node["tensors"] else 0.0  # the seed has none
     want = 1 / (1 + np.exp(-(a.astype(np.float64) @ w.T.astype(np.float64) + b)))
     np.testing.assert_allclose(np.load(out), want, atol=1e-6)
+
+
+def documentation_files(repo):
+    """The markdown a reader follows: the README, docs/, and the READMEs of formats/, models/, tests/."""
+    return ([repo / "README.md"] + sorted((repo / "docs").rglob("*.md")) + sorted((repo / "formats").glob("*.md"))
+            + [repo / "models" / "README.md"] + sorted((repo / "tests").rglob("README.md")))
+
+
+def test_docs_relative_links_resolve(repo):
+    broken = []
+    for path in documentation_files(repo):
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # code blocks hold no links
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            file = target.split("#")[0]
+            if not (path.parent / file).exists():
+                broken.append(f"{path.relative_to(repo)}: {target}")
+    assert not broken, "\n".join(broken)
+
+
+def test_docs_state_current_truth_in_short_files(repo):
+    # Design notes say what is and why; no lab-notebook numbering, and each file stays readable.
+    for path in documentation_files(repo):
+        text = path.read_text()
+        assert not re.search(r"(session|issue|call) [0-9]", text, flags=re.I), path
+        if path.is_relative_to(repo / "docs"):
+            assert len(text.splitlines()) <= 400, path
+    assert sum(p.stat().st_size for p in (repo / "docs").rglob("*") if p.is_file()) < 1_500_000
