@@ -14,12 +14,17 @@ namespace testing_support {
 std::vector<std::vector<float>> run_backend(const std::shared_ptr<formats::Model>& model, const std::string& name,
                                             const void* input, int batch, int max_batch,
                                             const engine::CompileOptions& options) {
+  return run_backend(model, *engine::BackendRegistry::instance().create(name), input, batch, max_batch, options);
+}
+
+std::vector<std::vector<float>> run_backend(const std::shared_ptr<formats::Model>& model, engine::Backend& backend,
+                                            const void* input, int batch, int max_batch,
+                                            const engine::CompileOptions& options) {
   if (batch < 1 || batch > max_batch) throw std::invalid_argument("run_backend: batch outside 1..max_batch");
   const engine::Graph graph = engine::plan_graph(model);
-  auto backend = engine::BackendRegistry::instance().create(name);
   engine::CompileOptions opts = options;
   opts.max_batch = max_batch;
-  auto exe = backend->compile(graph, opts);
+  auto exe = backend.compile(graph, opts);
 
   std::vector<std::vector<float>> outputs;
   std::vector<float*> pointers;
@@ -33,8 +38,13 @@ std::vector<std::vector<float>> run_backend(const std::shared_ptr<formats::Model
 
 Comparison compare_with_cpu(const std::shared_ptr<formats::Model>& model, const std::string& name,
                             const void* input, int batch, int max_batch, const engine::CompileOptions& options) {
+  return compare_with_cpu(model, *engine::BackendRegistry::instance().create(name), input, batch, max_batch, options);
+}
+
+Comparison compare_with_cpu(const std::shared_ptr<formats::Model>& model, engine::Backend& backend,
+                            const void* input, int batch, int max_batch, const engine::CompileOptions& options) {
   const auto ref = run_backend(model, "reference", input, batch, max_batch, options);
-  const auto got = run_backend(model, name, input, batch, max_batch, options);
+  const auto got = run_backend(model, backend, input, batch, max_batch, options);
 
   Comparison c;
   for (size_t o = 0; o < ref.size(); ++o) {

@@ -37,6 +37,15 @@ std::vector<std::vector<float>> run_backend(const std::shared_ptr<formats::Model
                                             const void* input, int batch, int max_batch,
                                             const engine::CompileOptions& options = {});
 
+// The same two with a backend the caller made: a backend's own factory with its typed options
+// (cudnn::make_cudnn_backend, cpu::make_cpu_backend).
+std::vector<std::vector<float>> run_backend(const std::shared_ptr<formats::Model>& model, engine::Backend& backend,
+                                            const void* input, int batch, int max_batch,
+                                            const engine::CompileOptions& options = {});
+Comparison compare_with_cpu(const std::shared_ptr<formats::Model>& model, engine::Backend& backend,
+                            const void* input, int batch, int max_batch,
+                            const engine::CompileOptions& options = {});
+
 // Why backend `name` cannot run here (not built, no GPU), or "" when it can.
 std::string backend_unavailable_reason(const std::string& name);
 
