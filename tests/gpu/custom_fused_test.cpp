@@ -25,8 +25,8 @@ using testing_support::window;
 
 // fp32 accumulation against the reference's double, by compare_with_cpu's measure (|a - b| over
 // max(|ref|, 1e-2 * the output's peak)). One fp32 reduction leaves up to 2.1e-5 (cuDNN's measured
-// bound, cudnn_test_util.hpp); a chain compounds them: the first H100 run of these 60 random chains
-// measured up to 7.9e-5 (a 3-layer chain, an output 1e-3 of its peak). 2e-4 keeps a 2.5x margin;
+// bound, cudnn_test_util.hpp); a chain compounds them: these 60 random chains measure up to 7.9e-5
+// (a 3-layer chain, an output 1e-3 of its peak). 2e-4 keeps a 2.5x margin;
 // an indexing or padding bug shows as an error of order 1.
 constexpr double kFusedTolerance = 2e-4;
 

@@ -116,7 +116,7 @@ class FusedExecutable final : public gpu::GpuExecutable {
         bool chunked = false;
         for (int l = 0; plan_.image.has_dense && l < plan_.image.dense.layer_count; ++l)
           chunked = chunked || plan_.image.dense.layers[l].chunk_rows < plan_.image.dense.layers[l].in_padded;
-        const std::string chunk_text = chunked && image_cluster_ > 1 && plan_.image.dense_parallel
+        const std::string chunk_text = chunked && image_cluster_ > 1
                                            ? "; clusters sum a dense layer's chunks on one warp each where a block's units "
                                              "fit one warp and one weight slice"
                                            : "";

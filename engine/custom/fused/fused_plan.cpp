@@ -512,7 +512,7 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
 }  // namespace
 
 int image_tail_runs(const ImageChainParams& p, int size) {
-  if (!p.dense_tail || !p.handoff_async || !p.dense_parallel || !p.has_dense || !p.dense.softmax ||
+  if (!p.has_dense || !p.dense.softmax ||
       p.dense.layer_count < 2 || size < 2)
     return 0;
   const DenseLayer& L = p.dense.layers[p.dense.layer_count - 1];
@@ -535,8 +535,6 @@ int image_tail_runs(const ImageChainParams& p, int size) {
 std::string plan_image_cluster_kernel(ImageChainParams& p, bool force_general) {
   p.cluster_kernel = 0;
   if (force_general) return "the general cluster kernel (asked for: ImageChainOptions::general_cluster_kernel)";
-  if (!p.handoff_async) return "the general cluster kernel: hand-offs through cluster barriers";
-  if (p.has_dense && p.dense_pipelined != 4) return "the general cluster kernel: a dense loop other than the default";
   int k = 0;
   for (int l = 0; p.has_conv && l < p.conv.layer_count; ++l) {
     const SpatialLayer& L = p.conv.layers[l];
