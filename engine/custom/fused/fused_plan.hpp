@@ -58,7 +58,7 @@ std::variant<FusedPlan, std::string> plan_fused(const Graph& graph, const Device
 // ImageChainOptions change those two.
 void plan_image_conv_setup(ImageChainParams& p);
 // How many blocks of a cluster of `size` sum one chunk each of the last dense layer (the dense tail,
-// ImageChainParams::dense_tail and tail_runs), or 0. The kernel trusts it: every block with a run
+// ImageChainParams::tail_runs), or 0. The kernel trusts it: every block with a run
 // must sum the layer before the last on chunk warps (its DenseShare), or block 0 would wait forever.
 int image_tail_runs(const ImageChainParams& p, int size);
 // Which cluster kernel runs the image chain (ImageChainParams::cluster_kernel) and, for the plan's
