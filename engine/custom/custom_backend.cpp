@@ -492,6 +492,7 @@ void CustomExecutable::forward(int n) { run_steps(n); }
 
 class CustomBackend final : public Backend {
  public:
+  explicit CustomBackend(const CustomOptions& options) : options_(options) {}
   std::string name() const override { return "custom"; }
   std::string description() const override {
     return "hand-written CUDA kernels (no cuDNN, no cuBLAS) on " + device_description();
@@ -545,7 +546,7 @@ class CustomBackend final : public Backend {
     if (options.fuse) {
       auto planned = fused::plan_fused(graph, device);
       if (auto* plan = std::get_if<fused::FusedPlan>(&planned))
-        return fused::make_fused_executable(graph, std::move(*plan), options, device,
+        return fused::make_fused_executable(graph, std::move(*plan), options, options_.image, device,
                                             header + "; fused path: fp32 accumulation, accurate tanhf/expf");
       not_fused = std::get<std::string>(planned);
     }
@@ -579,16 +580,20 @@ class CustomBackend final : public Backend {
                               smem / 1024, device.shared_optin_bytes / 1024);
       } else {
         return tc::make_tc_chain_executable(graph, std::get<tc::TcChainPlan>(std::move(planned)), options,
-                                            device.multiprocessors, header);
+                                            options_.tc, device.multiprocessors, header);
       }
     }
     return std::make_unique<CustomExecutable>(graph, options, header, why_not);
   }
+
+  CustomOptions options_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_custom_backend() { return std::make_unique<CustomBackend>(); }
+std::unique_ptr<Backend> make_custom_backend(const CustomOptions& options) {
+  return std::make_unique<CustomBackend>(options);
+}
 
 }  // namespace engine::custom
 

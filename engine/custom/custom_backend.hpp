@@ -5,11 +5,13 @@
 
 #include "engine/core/backend.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/custom/custom_options.hpp"
 
 namespace engine {
 void register_custom_backend(BackendRegistry& registry);
 }  // namespace engine
 
 namespace engine::custom {
-std::unique_ptr<Backend> make_custom_backend();
+// `options`: the backend's own kernel choices; the registry's "custom" takes the defaults.
+std::unique_ptr<Backend> make_custom_backend(const CustomOptions& options = {});
 }  // namespace engine::custom

@@ -3,15 +3,16 @@
 // batches, bitwise reproducibility across batch splits, and the rule that decides the path.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/custom/custom_backend.hpp"
 #include "engine/custom/fused/fused_plan.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/gpu/custom_test_util.hpp"
@@ -24,8 +25,8 @@ using testing_support::window;
 
 // fp32 accumulation against the reference's double, by compare_with_cpu's measure (|a - b| over
 // max(|ref|, 1e-2 * the output's peak)). One fp32 reduction leaves up to 2.1e-5 (cuDNN's measured
-// bound, cudnn_test_util.hpp); a chain compounds them: the first H100 run of these 60 random chains
-// measured up to 7.9e-5 (a 3-layer chain, an output 1e-3 of its peak). 2e-4 keeps a 2.5x margin;
+// bound, cudnn_test_util.hpp); a chain compounds them: these 60 random chains measure up to 7.9e-5
+// (a 3-layer chain, an output 1e-3 of its peak). 2e-4 keeps a 2.5x margin;
 // an indexing or padding bug shows as an error of order 1.
 constexpr double kFusedTolerance = 2e-4;
 
@@ -146,12 +147,21 @@ TEST(CustomFused, LenetLikeModelsMatchCpu) {
   }
 }
 
-// ENGINE_FUSED_IMAGE_MAX for one scope: which fused kernels a compile picks for small batches.
-class ScopedImageMax {
- public:
-  explicit ScopedImageMax(const char* value) { setenv("ENGINE_FUSED_IMAGE_MAX", value, 1); }
-  ~ScopedImageMax() { unsetenv("ENGINE_FUSED_IMAGE_MAX"); }
-};
+// The custom backend with the image chain up to `image_max` images (0: never, the tiled kernels at
+// every batch; nullopt: the default) and the other image-chain choices of `image`.
+std::unique_ptr<engine::Backend> custom_backend(std::optional<int> image_max, engine::custom::ImageChainOptions image = {}) {
+  engine::custom::CustomOptions options;
+  options.image = image;
+  options.image.max_batch = image_max;
+  return engine::custom::make_custom_backend(options);
+}
+constexpr int kAlways = 1000000;  // an image-chain limit above every batch here
+
+std::vector<std::vector<float>> run_custom(const std::shared_ptr<formats::Model>& model, std::optional<int> image_max,
+                                           const void* input, int batch, int max_batch,
+                                           engine::custom::ImageChainOptions image = {}) {
+  return testing_support::run_backend(model, *custom_backend(image_max, image), input, batch, max_batch);
+}
 
 // The same images give the same bits whatever batch they run in and whatever the capacity: 2,000
 // images through the tiled kernels at once, then in parts of 1 and 7 (the first 301 images) and 64
@@ -165,67 +175,33 @@ TEST(CustomFused, BitwiseEqualAcrossBatchSplits) {
     const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
     const int total = 2000;
     const auto input = testing_support::random_floats(per_sample * total, seed);
-    std::vector<std::vector<float>> whole;
-    {
-      ScopedImageMax off("0");
-      whole = testing_support::run_backend(model, "custom", input.data(), total, total);
-    }
+    const std::vector<std::vector<float>> whole = run_custom(model, 0, input.data(), total, total);
     const size_t out_per_sample = whole[0].size() / total;
-    for (const char* image_max : {"", "0"}) {
-      std::unique_ptr<ScopedImageMax> forced;
-      if (*image_max) forced = std::make_unique<ScopedImageMax>(image_max);
+    for (const std::optional<int> image_max : {std::optional<int>(), std::optional<int>(0)}) {
       for (int cap : {1, 7, 64, 301}) {
         const int covered = cap < 64 ? 301 : total;  // one compile per part: small parts cover the first 301
         for (int start = 0; start < covered; start += cap) {
           const int n = std::min(cap, covered - start);
-          const auto part = testing_support::run_backend(model, "custom", input.data() + size_t(start) * per_sample, n, cap);
+          const auto part = run_custom(model, image_max, input.data() + size_t(start) * per_sample, n, cap);
           ASSERT_EQ(std::memcmp(part[0].data(), whole[0].data() + size_t(start) * out_per_sample,
                                 size_t(n) * out_per_sample * sizeof(float)),
                     0)
               << "samples " << start << ".." << start + n - 1 << " with capacity " << cap
-              << (*image_max ? " (tiled kernels forced)" : "");
+              << (image_max ? " (tiled kernels forced)" : "");
         }
       }
     }
-    ScopedImageMax off("0");
-    const auto again = testing_support::run_backend(model, "custom", input.data(), total, total);
+    const auto again = run_custom(model, 0, input.data(), total, total);
     EXPECT_EQ(std::memcmp(again[0].data(), whole[0].data(), whole[0].size() * sizeof(float)), 0);
   }
 }
-
-// One of the image chain's A/B switches set for one scope: ENGINE_FUSED_IMAGE_HANDOFF=barrier (the
-// clusters hand each layer over with a cluster barrier instead of st.async + mbarrier),
-// ENGINE_FUSED_IMAGE_CONV_SPLIT=N and ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N (which conv layers of
-// which clusters take items of one output channel; N=0 items: none).
-// The variable's earlier value (one the whole run was started with) comes back at the scope's end.
-class ScopedImageSwitch {
- public:
-  ScopedImageSwitch(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedImageSwitch() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // The image chain (small batches) and the tiled kernels give the same bits for the same images: the
 // same summation order per output, the same activation and softmax code. Forced both ways on the
 // same images of every random chain: 97 images (one image per block), 33 (clusters of 4 blocks per
 // image on a 132-SM GPU), 5 and 1 (clusters of 8), each against the tiled kernels' first images;
-// the clusters with the asynchronous hand-offs between layers, with conv items of two channels
-// only, of one channel everywhere, with the clusters' conv set-up worked out in the kernel instead of
-// read from the plan, with each dense unit's chunks summed in one thread instead of one warp per
-// chunk, with short chunks loaded quad by quad, with the chunk partials added by the plain loop, with
-// the one-channel items' weights loaded tap by tap, with the first input read into registers at the
-// entry, with the dense tail (the last dense layer's chunks summed in the blocks that computed their
-// inputs), and with cluster barriers.
+// then with the conv items' other split rules (two-channel items only, one-channel items in every
+// cluster), the general cluster kernel, and clusters of at most 2 blocks.
 TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int models = custom_test::sanitizer_run() ? 6 : 60;
@@ -235,86 +211,47 @@ TEST(CustomFused, ImageChainGivesTheTiledKernelsBits) {
     SCOPED_TRACE(model->name);
     const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
     const auto input = testing_support::random_floats(per_sample * n, uint32_t(7000 + i));
-    std::vector<std::vector<float>> tiled;
-    {
-      ScopedImageMax off("0");
-      engine::CompileOptions options;
-      options.max_batch = n;
-      auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
-      ASSERT_FALSE(contains(exe->execution_path(), "image chain")) << exe->execution_path();
-      tiled = testing_support::run_backend(model, "custom", input.data(), n, n);
-    }
-    ScopedImageMax on("1000000");
     engine::CompileOptions options;
     options.max_batch = n;
-    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+    {
+      auto exe = custom_backend(0)->compile(engine::plan_graph(model), options);
+      ASSERT_FALSE(contains(exe->execution_path(), "image chain")) << exe->execution_path();
+    }
+    const std::vector<std::vector<float>> tiled = run_custom(model, 0, input.data(), n, n);
+    auto exe = custom_backend(kAlways)->compile(engine::plan_graph(model), options);
     ASSERT_TRUE(contains(exe->execution_path(), "image chain kernel for batches <= 1000000"))
         << exe->execution_path() << "\n" << exe->plan_summary();
-    auto compare = [&](int batch, const char* handoff) {
-      const auto image = testing_support::run_backend(model, "custom", input.data(), batch, n);
-      ASSERT_EQ(image.size(), tiled.size());
-      for (size_t o = 0; o < image.size(); ++o) {
-        ASSERT_EQ(image[o].size() * size_t(n), tiled[o].size() * size_t(batch));
-        EXPECT_EQ(std::memcmp(image[o].data(), tiled[o].data(), image[o].size() * sizeof(float)), 0)
-            << "output " << o << " of " << batch << " images (" << handoff
-            << " hand-offs) differs between the image chain and the tiled kernels";
+    auto compare = [&](int batch, const char* how, engine::custom::ImageChainOptions image) {
+      const auto got = run_custom(model, kAlways, input.data(), batch, n, image);
+      ASSERT_EQ(got.size(), tiled.size());
+      for (size_t o = 0; o < got.size(); ++o) {
+        ASSERT_EQ(got[o].size() * size_t(n), tiled[o].size() * size_t(batch));
+        EXPECT_EQ(std::memcmp(got[o].data(), tiled[o].data(), got[o].size() * sizeof(float)), 0)
+            << "output " << o << " of " << batch << " images (" << how
+            << ") differs between the image chain and the tiled kernels";
       }
     };
-    for (int batch : {n, 33, 5, 1}) compare(batch, "asynchronous");
-    {
-      ScopedImageSwitch two_channels("ENGINE_FUSED_IMAGE_CONV_SPLIT", "0");
-      for (int batch : {33, 1}) compare(batch, "asynchronous, two-channel conv items");
-    }
-    {
-      ScopedImageSwitch deep("ENGINE_FUSED_IMAGE_DENSE", "3");
-      for (int batch : {33, 1}) compare(batch, "asynchronous, short chunks loaded quad by quad");
-    }
-    {
-      ScopedImageSwitch short_only("ENGINE_FUSED_IMAGE_DENSE", "4");
-      for (int batch : {33, 1}) compare(batch, "asynchronous, long chunks' last quads loaded after their last group");
-    }
-    {
-      ScopedImageSwitch loop("ENGINE_FUSED_IMAGE_PARTIALS", "loop");
-      for (int batch : {33, 1}) compare(batch, "asynchronous, the chunk partials added one load at a time");
-    }
-    {
-      ScopedImageSwitch runtime_setup("ENGINE_FUSED_IMAGE_CONV_SETUP", "runtime");
-      for (int batch : {33, 5}) compare(batch, "asynchronous, conv set-up worked out in the kernel");
-    }
-    {
-      ScopedImageSwitch one_thread("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", "0");
-      for (int batch : {5, 1}) compare(batch, "asynchronous, each unit's dense chunks in one thread");
-    }
-    {
-      ScopedImageSwitch regs("ENGINE_FUSED_IMAGE_PREFETCH", "regs");
-      for (int batch : {5, 1}) compare(batch, "asynchronous, the first input prefetched into registers");
-    }
-    {
-      ScopedImageSwitch tail("ENGINE_FUSED_IMAGE_TAIL", "0");
-      for (int batch : {5, 1}) compare(batch, "asynchronous, no dense tail (the last layer in block 0)");
-    }
-    {
-      ScopedImageSwitch general("ENGINE_FUSED_IMAGE_KERNEL", "general");
-      for (int batch : {5, 1}) compare(batch, "asynchronous, the general cluster kernel");
-    }
-    {
-      ScopedImageSwitch scalar_weights("ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS", "0");
-      for (int batch : {5, 1}) compare(batch, "asynchronous, one-channel items' weights by scalar loads");
-    }
-    {
-      ScopedImageSwitch any_items("ENGINE_FUSED_IMAGE_CONV_SPLIT", "1000000");
-      ScopedImageSwitch any_cluster("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", "2");
-      for (int batch : {33, 1}) compare(batch, "asynchronous, one-channel conv items everywhere");
-    }
-    ScopedImageSwitch barrier("ENGINE_FUSED_IMAGE_HANDOFF", "barrier");
-    for (int batch : {33, 5}) compare(batch, "cluster-barrier");
+    for (int batch : {n, 33, 5, 1}) compare(batch, "the default plan", {});
+    engine::custom::ImageChainOptions two_channels;
+    two_channels.conv_split_items = 0;
+    for (int batch : {33, 1}) compare(batch, "two-channel conv items", two_channels);
+    engine::custom::ImageChainOptions general;
+    general.general_cluster_kernel = true;
+    for (int batch : {5, 1}) compare(batch, "the general cluster kernel", general);
+    engine::custom::ImageChainOptions everywhere;
+    everywhere.conv_split_items = 1000000;
+    everywhere.conv_split_blocks = 2;
+    for (int batch : {33, 1}) compare(batch, "one-channel conv items everywhere", everywhere);
+    engine::custom::ImageChainOptions pairs;
+    pairs.max_cluster = 2;
+    for (int batch : {5, 1}) compare(batch, "clusters of at most 2 blocks", pairs);
   }
 }
 
-// The dense tail (ImageChainParams::dense_tail, on unless ENGINE_FUSED_IMAGE_TAIL=0): in clusters of 8, LeNet-5's
-// shape (dense 120 -> 84 -> 10, softmax) sums f7's six chunks of 16 rows in the six blocks that
-// computed those 16 f6 outputs each, and block 0 adds them. The plan says so when it is on, and the
-// outputs have the tiled kernels' bits with it (the default) and without it, at batches of 1 to 5.
+// The dense tail (ImageChainParams::tail_runs): in clusters of 8, LeNet-5's shape (dense 120 -> 84
+// -> 10, softmax) sums f7's six chunks of 16 rows in the six blocks that computed those 16 f6
+// outputs each, and block 0 adds them. The plan says so, and the outputs have the tiled kernels'
+// bits at batches of 1 to 5; with clusters of at most 4 blocks (no tail) too.
 TEST(CustomFused, DenseTailGivesTheSameBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   for (OpType act : {OpType::Tanh, OpType::Relu}) {
@@ -326,31 +263,26 @@ TEST(CustomFused, DenseTailGivesTheSameBits) {
     const int n = 5;
     const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
     const auto pixels = testing_support::random_bytes(per_sample * n, 4242u);
-    std::vector<std::vector<float>> tiled;
-    {
-      ScopedImageMax off("0");
-      tiled = testing_support::run_backend(model, "custom", pixels.data(), n, n);
-    }
-    ScopedImageMax on("1000000");
+    const std::vector<std::vector<float>> tiled = run_custom(model, 0, pixels.data(), n, n);
     engine::CompileOptions options;
     options.max_batch = n;
-    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
+    auto exe = custom_backend(kAlways)->compile(engine::plan_graph(model), options);
     if (!contains(exe->plan_summary(), "a cluster of 8 blocks per image"))
       GTEST_SKIP() << "this GPU runs no clusters of 8 blocks: " << exe->plan_summary();
     EXPECT_TRUE(contains(exe->plan_summary(), "sum the last dense layer's 6 chunks in the blocks")) << exe->plan_summary();
-    {
-      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_TAIL", "0");
-      auto no_tail = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
-      EXPECT_FALSE(contains(no_tail->plan_summary(), "sum the last dense layer's")) << no_tail->plan_summary();
-    }
-    for (const char* tail : {"1", "0"}) {
-      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_TAIL", tail);
+    engine::custom::ImageChainOptions fours;
+    fours.max_cluster = 4;
+    auto no_tail = custom_backend(kAlways, fours)->compile(engine::plan_graph(model), options);
+    EXPECT_FALSE(contains(no_tail->plan_summary(), "sum the last dense layer's")) << no_tail->plan_summary();
+    for (int cluster : {8, 4}) {
+      engine::custom::ImageChainOptions image;
+      image.max_cluster = cluster;
       for (int batch : {1, 2, 5}) {
-        const auto image = testing_support::run_backend(model, "custom", pixels.data(), batch, n);
-        ASSERT_EQ(image.size(), tiled.size());
-        for (size_t k = 0; k < image.size(); ++k)
-          EXPECT_EQ(std::memcmp(image[k].data(), tiled[k].data(), image[k].size() * sizeof(float)), 0)
-              << "output " << k << " of " << batch << " images, ENGINE_FUSED_IMAGE_TAIL=" << tail;
+        const auto got = run_custom(model, kAlways, pixels.data(), batch, n, image);
+        ASSERT_EQ(got.size(), tiled.size());
+        for (size_t k = 0; k < got.size(); ++k)
+          EXPECT_EQ(std::memcmp(got[k].data(), tiled[k].data(), got[k].size() * sizeof(float)), 0)
+              << "output " << k << " of " << batch << " images, clusters of at most " << cluster;
       }
     }
   }
@@ -359,7 +291,7 @@ TEST(CustomFused, DenseTailGivesTheSameBits) {
 // The specialised cluster kernels (ImageChainParams::cluster_kernel): LeNet-5's shape (5x5 convs)
 // and a chain of dense layers each run a kernel with only their own variants; the plan says which,
 // and the outputs have the tiled kernels' bits with it and with the general kernel
-// (ENGINE_FUSED_IMAGE_KERNEL=general), at batches of 1 to 5 (clusters of 8 and smaller).
+// (ImageChainOptions::general_cluster_kernel), at batches of 1 to 5 (clusters of 8 and smaller).
 TEST(CustomFused, SpecialisedClusterKernelGivesTheSameBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const int n = 5;
@@ -384,28 +316,26 @@ TEST(CustomFused, SpecialisedClusterKernelGivesTheSameBits) {
   };
   for (const Case& c : {Case{lenet, pixels.data(), "clusters run the cluster kernel specialised for 5x5 convolutions"},
                         Case{dense, features.data(), "clusters run the cluster kernel specialised for chains without conv layers"}}) {
-    std::vector<std::vector<float>> tiled;
-    {
-      ScopedImageMax off("0");
-      tiled = testing_support::run_backend(c.model, "custom", c.input, n, n);
-    }
-    ScopedImageMax on("1000000");
+    const std::vector<std::vector<float>> tiled = run_custom(c.model, 0, c.input, n, n);
     engine::CompileOptions options;
     options.max_batch = n;
-    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(c.model), options);
+    auto exe = custom_backend(kAlways)->compile(engine::plan_graph(c.model), options);
     if (!contains(exe->plan_summary(), "a cluster of"))
       GTEST_SKIP() << "this GPU runs no clusters: " << exe->plan_summary();
     EXPECT_TRUE(contains(exe->plan_summary(), c.statement)) << exe->plan_summary();
+    engine::custom::ImageChainOptions general;
+    general.general_cluster_kernel = true;
     {
-      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_KERNEL", "general");
-      auto general = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(c.model), options);
-      EXPECT_TRUE(contains(general->plan_summary(), "the general cluster kernel (ENGINE_FUSED_IMAGE_KERNEL=general)"))
-          << general->plan_summary();
+      auto exe_general = custom_backend(kAlways, general)->compile(engine::plan_graph(c.model), options);
+      EXPECT_TRUE(contains(exe_general->plan_summary(),
+                           "the general cluster kernel (asked for: ImageChainOptions::general_cluster_kernel)"))
+          << exe_general->plan_summary();
     }
-    for (const char* kernel : {"general", "specialised"}) {
-      ScopedImageSwitch sw("ENGINE_FUSED_IMAGE_KERNEL", kernel);
+    for (bool use_general : {true, false}) {
+      const char* kernel = use_general ? "general" : "specialised";
       for (int batch : {1, 2, 5}) {
-        const auto image = testing_support::run_backend(c.model, "custom", c.input, batch, n);
+        const auto image = run_custom(c.model, kAlways, c.input, batch, n,
+                                      use_general ? general : engine::custom::ImageChainOptions{});
         ASSERT_EQ(image.size(), tiled.size());
         for (size_t k = 0; k < image.size(); ++k)
           EXPECT_EQ(std::memcmp(image[k].data(), tiled[k].data(), image[k].size() * sizeof(float)), 0)
@@ -413,44 +343,6 @@ TEST(CustomFused, SpecialisedClusterKernelGivesTheSameBits) {
       }
     }
   }
-}
-
-// ENGINE_FUSED_DENSE=1 for one scope: the dense chain reads its weights through L1/L2 (version 1)
-// instead of staging them through shared memory (version 2, the default).
-class ScopedDenseV1 {
- public:
-  ScopedDenseV1() { setenv("ENGINE_FUSED_DENSE", "1", 1); }
-  ~ScopedDenseV1() { unsetenv("ENGINE_FUSED_DENSE"); }
-};
-
-// Both versions of the dense chain sum every output in the same order: the same bits, on random
-// chains whose dense layers take several slices and several rounds of work items per tile.
-TEST(CustomFused, DenseChainVersionsGiveTheSameBits) {
-  ENGINE_SKIP_UNLESS_BACKEND("custom");
-  const int models = custom_test::sanitizer_run() ? 6 : 40;
-  const int n = 301;
-  int staged_seen = 0;
-  for (int i = 0; i < models; ++i) {
-    auto model = random_chain(uint32_t(9500 + i));
-    SCOPED_TRACE(model->name);
-    const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-    const auto input = testing_support::random_floats(per_sample * n, uint32_t(7500 + i));
-    ScopedImageMax off("0");
-    engine::CompileOptions options;
-    options.max_batch = n;
-    auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
-    if (!contains(exe->plan_summary(), "weights staged through shared memory")) continue;
-    ++staged_seen;
-    const auto staged = testing_support::run_backend(model, "custom", input.data(), n, n);
-    ScopedDenseV1 v1;
-    auto exe1 = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), options);
-    ASSERT_TRUE(contains(exe1->plan_summary(), "weights through L1/L2")) << exe1->plan_summary();
-    const auto direct = testing_support::run_backend(model, "custom", input.data(), n, n);
-    ASSERT_EQ(staged.size(), direct.size());
-    for (size_t o = 0; o < staged.size(); ++o)
-      EXPECT_EQ(std::memcmp(staged[o].data(), direct[o].data(), staged[o].size() * sizeof(float)), 0) << "output " << o;
-  }
-  EXPECT_GT(staged_seen, models / 3) << "too few random chains had a staged dense chain to compare";
 }
 
 TEST(CustomFused, HugeBatchesMatchCpu) {
@@ -576,8 +468,8 @@ TEST(CustomFusedPlan, ImageChainBuffersAreVectorAligned) {
 }
 
 // Every dense layer's chunks (DenseLayer::chunk_rows, the summation order of every fused kernel):
-// multiples of 4 rows, at least 16 unless the layer is shorter, at most 8 of them by default, one
-// (the plain order) with ENGINE_FUSED_DENSE_CHUNKS=1; the image chain's chunk buffers inside its
+// multiples of 4 rows, at least 16 unless the layer is shorter, at most 8 of them; the image chain's
+// chunk buffers inside its
 // shared memory; the plan summary states them. Host-only: runs everywhere.
 TEST(CustomFusedPlan, DenseChunksCoverEveryRowInOrder) {
   namespace fz = engine::custom::fused;
@@ -613,14 +505,6 @@ TEST(CustomFusedPlan, DenseChunksCoverEveryRowInOrder) {
   for (const std::string& line : std::get<fz::FusedPlan>(planned).summary) summary += line + "\n";
   EXPECT_TRUE(contains(summary, "dense 400 -> 120")) << summary;
   EXPECT_TRUE(contains(summary, "(sums in 8 chunks of 52 rows, added in order)")) << summary;
-
-  auto plain = [&] {
-    ScopedImageSwitch plain_order("ENGINE_FUSED_DENSE_CHUNKS", "1");
-    return fz::plan_fused(engine::plan_graph(lenet), device);
-  }();
-  ASSERT_TRUE(std::holds_alternative<fz::FusedPlan>(plain));
-  const fz::DenseChainParams& d = std::get<fz::FusedPlan>(plain).dense;
-  for (int l = 0; l < d.layer_count; ++l) EXPECT_EQ(d.layers[l].chunk_rows, d.layers[l].in_padded) << "layer " << l;
 }
 
 // The image chain's conv set-up per cluster size (plan_image_conv_setup), worked by hand for
@@ -648,7 +532,7 @@ TEST(CustomFusedPlan, ImageConvSetupFollowsTheSplitRule) {
   EXPECT_EQ(c1.inv_ow, 1.0f / 28.0f);
   EXPECT_EQ(c3.inv_groups[0], 1.0f / 8.0f);
   EXPECT_EQ(c3.inv_groups[1], 1.0f / 16.0f);
-  // The A/B switches' settings: never split, or in clusters of 2 and more.
+  // ImageChainOptions' other split rules: never split, or in clusters of 2 and more.
   p.conv_split_items = 0;
   fz::plan_image_conv_setup(p);
   EXPECT_EQ(p.conv.layers[0].image_split, 0);

@@ -6,7 +6,6 @@
 // against its emulation) with the bounds docs/precision.md states.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -16,6 +15,7 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/custom/custom_backend.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/common/test_models.hpp"
@@ -27,17 +27,23 @@ namespace {
 
 using formats::OpType;
 
-// Sets an environment switch of the executable for one scope.
-class EnvOverride {
- public:
-  EnvOverride(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~EnvOverride() { unsetenv(name_); }
-  EnvOverride(const EnvOverride&) = delete;
-  EnvOverride& operator=(const EnvOverride&) = delete;
+// The custom backend with the tensor-core chain's choices `tc`.
+std::unique_ptr<engine::Backend> custom_backend(const engine::custom::TcChainOptions& tc) {
+  engine::custom::CustomOptions options;
+  options.tc = tc;
+  return engine::custom::make_custom_backend(options);
+}
 
- private:
-  const char* name_;
+// The kernel's other variants, each named for the test output.
+struct TcVariant {
+  const char* name;
+  engine::custom::TcChainOptions tc;
 };
+TcVariant variant(const char* name, bool engine::custom::TcChainOptions::*field) {
+  TcVariant v{name, {}};
+  v.tc.*field = true;
+  return v;
+}
 
 engine::CompileOptions with(engine::Precision p) {
   engine::CompileOptions o;
@@ -61,15 +67,17 @@ std::vector<float> input_for(const std::shared_ptr<formats::Model>& model, int n
 // the two differ by a few units of the format's last place in every activation, and a sum of ~100
 // such terms that cancels (a tanh output near 0, no softmax: sigmoid_full_no_softmax) carries them
 // at 1 % of the output's peak, where compare_with_cpu's relative measure has its floor. Measured
-// worst (H100, session 12): fp16 7.7e-3 on that model, <= 7e-4 on the others; bf16 6.6e-2, <= 4.5e-3.
+// worst (docs/perf-custom-tensor-core.md): fp16 7.7e-3 on that model, <= 7e-4 on the others; bf16 6.6e-2, <= 4.5e-3.
 // Bounds: 2e-2 (fp16) and 1e-1 (bf16); an indexing or layout bug shows as errors near 1.
 double tolerance(engine::Precision p) { return p == engine::Precision::BF16 ? 1e-1 : 2e-2; }
 
-void expect_matches_emulation(const std::shared_ptr<formats::Model>& model, engine::Precision p, uint32_t seed) {
+void expect_matches_emulation(const std::shared_ptr<formats::Model>& model, engine::Precision p, uint32_t seed,
+                              const engine::custom::TcChainOptions& tc = {}) {
   double worst = 0;
+  const auto backend = custom_backend(tc);
   for (const auto& bc : gpu_test::batch_cases()) {
     const auto input = input_for(model, bc.batch, seed + uint32_t(bc.batch));
-    const auto r = testing_support::compare_with_cpu(model, "custom", input.data(), bc.batch, bc.max_batch, with(p));
+    const auto r = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch, with(p));
     EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
     EXPECT_LE(r.max_rel_error, tolerance(p)) << "batch " << bc.batch << ", worst " << r.worst;
     worst = std::max(worst, r.max_rel_error);
@@ -94,12 +102,12 @@ TEST(CustomTcChain, MatchesReferenceEmulation) {
 // batch: the same bounds.
 TEST(CustomTcChain, OtherVersionsMatchReferenceEmulation) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
-  for (auto [env, value] : {std::pair{"ENGINE_TC_VERSION", "1"}, std::pair{"ENGINE_TC_ACCURATE_TANH", "1"},
-                            std::pair{"ENGINE_TC_GENERIC", "1"}, std::pair{"ENGINE_TC_TILE", "16"}}) {
-    EnvOverride o(env, value);
+  using O = engine::custom::TcChainOptions;
+  for (const TcVariant& v : {variant("one warp per tile", &O::one_warp_per_tile), variant("accurate tanh", &O::accurate_tanh),
+                             variant("generic kernel", &O::generic_kernel), variant("fixed tiles", &O::fixed_tiles)}) {
     for (const auto& f : tc_test::families()) {
-      SCOPED_TRACE(std::string(env) + "=" + value + " " + f.name);
-      expect_matches_emulation(tc_test::family_model(f), engine::Precision::FP16, 7200 + f.seed);
+      SCOPED_TRACE(std::string(v.name) + " " + f.name);
+      expect_matches_emulation(tc_test::family_model(f), engine::Precision::FP16, 7200 + f.seed, v.tc);
     }
   }
 }
@@ -117,10 +125,11 @@ TEST(CustomTcChain, SameBitsForAnyBatchSplit) {
   const size_t units = whole.size() / n;
   // The generic kernel (activations read from the parameters) and tiles of 16 at every batch: the
   // same operations in the same order, so the same bits.
-  for (auto [env, value] : {std::pair{"ENGINE_TC_GENERIC", "1"}, std::pair{"ENGINE_TC_TILE", "16"}}) {
-    EnvOverride o(env, value);
-    const auto other = testing_support::run_backend(model, "custom", input.data(), n, n, with(engine::Precision::FP16)).at(0);
-    EXPECT_EQ(std::memcmp(whole.data(), other.data(), whole.size() * sizeof(float)), 0) << env << "=" << value;
+  using O = engine::custom::TcChainOptions;
+  for (const TcVariant& v : {variant("generic kernel", &O::generic_kernel), variant("fixed tiles", &O::fixed_tiles)}) {
+    const auto other =
+        testing_support::run_backend(model, *custom_backend(v.tc), input.data(), n, n, with(engine::Precision::FP16)).at(0);
+    EXPECT_EQ(std::memcmp(whole.data(), other.data(), whole.size() * sizeof(float)), 0) << v.name;
   }
   int start = 0;
   for (int b : {1, 15, 16, 17, 951}) {
@@ -209,23 +218,25 @@ TEST(CustomTcChain, Refusals) {
 // engine calibrate's max method). The same quantization on both sides, but a value that lands within
 // an ulp or two of a rounding boundary (fp32 sums against double, x * (1 / s) against x / s,
 // tanh.approx) can take the neighbouring step, 1/127 of its range: in a softmax's probabilities that
-// stays under 1 % (measured, session 12: <= 1.6e-2); a tanh output that cancels toward 0 without a
+// stays under 1 % (measured: <= 1.6e-2); a tanh output that cancels toward 0 without a
 // softmax (sigmoid_full_no_softmax) carries a few such steps at 1 % of the peak, where
 // compare_with_cpu's relative measure has its floor (0.17). Bound 0.25; an indexing or layout bug
 // shows as errors near 1, and Lenet5Int8OnMnist holds the kernel to the emulation on real data.
 TEST(CustomTcChain, Int8MatchesReferenceEmulation) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
-  for (const char* accurate : {"0", "1"}) {
-    EnvOverride o("ENGINE_TC_ACCURATE_TANH", accurate);
+  for (const bool accurate : {false, true}) {
+    engine::custom::TcChainOptions tc;
+    tc.accurate_tanh = accurate;
+    const auto backend = custom_backend(tc);
     for (auto f : tc_test::families())
       for (bool u8 : {false, true}) {
         f.uint8 = u8;
-        SCOPED_TRACE(f.name + (u8 ? " uint8" : "") + " accurate tanh " + accurate);
+        SCOPED_TRACE(f.name + (u8 ? " uint8" : "") + " accurate tanh " + (accurate ? "1" : "0"));
         double worst = 0;
         for (const auto& bc : gpu_test::batch_cases()) {
           const auto input = input_for(tc_test::family_model(f), bc.batch, 7500 + f.seed + uint32_t(bc.batch));
           const auto model = tc_test::calibrated(tc_test::family_model(f), input.data(), bc.batch);
-          const auto r = testing_support::compare_with_cpu(model, "custom", input.data(), bc.batch, bc.max_batch,
+          const auto r = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch,
                                                            with(engine::Precision::INT8));
           EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
           EXPECT_LE(r.max_rel_error, 0.25) << "batch " << bc.batch << ", worst " << r.worst;

@@ -78,8 +78,8 @@ std::vector<std::shared_ptr<formats::Model>> models() {
                   .outputs({"s"})
                   .build());
   // The builder's weights (+-1/sqrt(fan_in)) behind relu and pooling leave d2's outputs ~1e-3, sums of
-  // terms 30x larger that cancel, where fp16's rounding of the terms is 5 % of the output (measured,
-  // session 13): the last layer x 8 and a softmax, as a trained model's, make the outputs distinct.
+  // terms 30x larger that cancel, where fp16's rounding of the terms is 5 % of the output (measured):
+  // the last layer x 8 and a softmax, as a trained model's, make the outputs distinct.
   for (auto& node : m.back()->nodes)
     if (node.name == "d2")
       for (float& w : node.weight->values) w *= 8.0f;

@@ -220,18 +220,18 @@ def test_precision_figure_and_ncu_pass_from_the_committed_device_files(tmp_path)
     import gzip
     csv = tmp_path / "ncu.csv"
     csv.write_bytes(gzip.decompress((data / "precision-ncu.csv.gz").read_bytes()))
-    proc = run([sys.executable, REPO / "tools" / "ncu_pass.py", csv])
+    proc = run([sys.executable, REPO / "dev" / "profiling" / "ncu_pass.py", csv])
     heads = [line for line in proc.stdout.splitlines() if line.startswith("==")]
     assert heads[0].startswith("== fp32: pass of 26 kernels") and heads[1].startswith("== fp16: pass of 28 kernels"), heads
     assert "from_f32_kernel" in proc.stdout and "to_f32_kernel" in proc.stdout
 
 
 def test_ab_figure_from_fused_variants_text(tmp_path):
-    """tools/plot_ab.py --variants reads tools/fused_variants.sh's lines (the session-10 H100 file in
+    """dev/profiling/plot_ab.py --variants reads dev/profiling/fused_variants.sh's lines (the session-10 H100 file in
     docs/bench/s10-h100 among them): one line per variant, the median of repeated rounds, and a
     clear error for a file without such lines."""
     pytest.importorskip("matplotlib")
-    sys.path.insert(0, str(REPO / "tools"))
+    sys.path.insert(0, str(REPO / "dev" / "profiling"))
     import plot_ab
     text = tmp_path / "ab.txt"
     text.write_text("a              batch      1     0.060 M images/s      16.60 us\n"
@@ -245,20 +245,20 @@ def test_ab_figure_from_fused_variants_text(tmp_path):
     committed = plot_ab.variant_series([REPO / "docs" / "bench" / "s10-h100" / "final-ab.txt"])
     assert set(committed) == {"final", "session9"} and committed["final"][0] == [1, 4, 8, 16, 32, 64, 256, 1024]
     png = tmp_path / "ab.png"
-    run([sys.executable, REPO / "tools" / "plot_ab.py", "--variants", text, "-o", png])
+    run([sys.executable, REPO / "dev" / "profiling" / "plot_ab.py", "--variants", text, "-o", png])
     assert png.stat().st_size > 10_000
     empty = tmp_path / "empty.txt"
     empty.write_text("nothing here\n")
-    bad = subprocess.run([sys.executable, REPO / "tools" / "plot_ab.py", "--variants", empty, "-o", tmp_path / "x.png"],
+    bad = subprocess.run([sys.executable, REPO / "dev" / "profiling" / "plot_ab.py", "--variants", empty, "-o", tmp_path / "x.png"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no fused_variants.sh lines" in bad.stderr and not (tmp_path / "x.png").exists()
 
 
 def test_ncu_source_stalls_sums_reports_by_cuda_line(tmp_path):
-    """tools/ncu_source_stalls.py: samples of several reports matched by the instruction's offset
+    """dev/profiling/ncu_source_stalls.py: samples of several reports matched by the instruction's offset
     (each process loads the module elsewhere) and added per CUDA line of the mixed export; a file
     that is not such an export is refused with exit 2 and a message."""
-    sys.path.insert(0, str(REPO / "tools"))
+    sys.path.insert(0, str(REPO / "dev" / "profiling"))
     import ncu_source_stalls
     mixed = tmp_path / "mixed.csv"
     mixed.write_text('"File Path","/src/k.cu"\n'
@@ -282,8 +282,8 @@ def test_ncu_source_stalls_sums_reports_by_cuda_line(tmp_path):
     assert samples[line10] == 6 and samples[line12] == 6
     assert executed[line10] == 128 and executed[line12] == 16
     assert reasons[line10] == {"long_sb": 5, "no_inst": 1} and reasons[line12] == {"no_inst": 6}
-    out = run([sys.executable, REPO / "tools" / "ncu_source_stalls.py", "--mixed", mixed, one, two]).stdout
+    out = run([sys.executable, REPO / "dev" / "profiling" / "ncu_source_stalls.py", "--mixed", mixed, one, two]).stdout
     assert "12 samples in 2 report(s)" in out and "by reason: no_inst 7, long_sb 5" in out
-    bad = subprocess.run([sys.executable, REPO / "tools" / "ncu_source_stalls.py", "--mixed", one, one],
+    bad = subprocess.run([sys.executable, REPO / "dev" / "profiling" / "ncu_source_stalls.py", "--mixed", one, one],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no SASS rows under CUDA lines" in bad.stderr

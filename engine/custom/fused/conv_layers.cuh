@@ -102,9 +102,8 @@ __device__ __forceinline__ float pool_2x2(float a, float b, bool left_lane, bool
 // Items in order: output column fastest, then row strip, then channel group, then image; with
 // kGroupsInner (the image chain, one image per block) column, channel group, strip: the lanes of
 // other groups at the same columns read the same input words (a broadcast), so a warp's reads span
-// fewer rows and meet less often on a bank (LeNet-5 at batch 1,024, Nsight Compute: 4.06 M -> 0.74 M
-// shared-load bank conflicts, 120 -> 110 us; docs/perf-fused-gpu.md, session 14). Same sums.
-// OCU < OCB (the image chain's clusters at batch 1, session 16): an item computes OCU of its
+// fewer rows and meet less often on a bank (docs/perf-fused-gpu.md). Same sums.
+// OCU < OCB (the image chain's clusters at batch 1): an item computes OCU of its
 // group's OCB channels (weights still packed for OCB), so a layer has OCB / OCU times the items,
 // each a shorter chain of instructions and fewer outputs to activate and send; the channel index
 // goes with the group (group-major), and every output's sum runs in the same order.

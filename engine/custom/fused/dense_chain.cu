@@ -5,10 +5,9 @@
 //
 // Version 1: each thread computes 4 images x 4 units (16 accumulators). Per 4 steps of k it reads 4
 // float4 of activations (the same addresses for the lanes of a warp: broadcasts) and 4 float4 of
-// weights (consecutive lanes, consecutive units: coalesced), and does 64 FMAs. Sums run in k order within each chunk of rows (DenseLayer::chunk_rows; session 17).
-// Nsight Compute (v5 conv chain, H200): warps waited 6.9 of 13.4 cycles per instruction on L1TEX:
-// three blocks per SM leave ~23 KB of L1 for f5's 192 KB of weights, and the tile's 8 image groups
-// each ask L2 for them.
+// weights (consecutive lanes, consecutive units: coalesced), and does 64 FMAs. Sums run in k order within each chunk of rows (DenseLayer::chunk_rows).
+// Its warps wait on L1TEX: three blocks per SM leave ~23 KB of L1 for f5's 192 KB of weights, and
+// the tile's 8 image groups each ask L2 for them.
 //
 // Version 2 (the default): the same work items and summation order, but each layer's weights come
 // through shared memory in slices of rows (cp.async into two buffers in turn: slice j + 1 loads

@@ -1,7 +1,7 @@
 #pragma once
 // Sums of one dense unit over a unit-major run of weights staged in shared memory, and the softmax
 // of a row held on a warp's lanes: the image chain's steps (image_dense.cuh), on their own so a probe
-// can time them (tools/probes/solo_dense.cu). dense_chain4 and dense_chain4_deep sum one run of
+// can time them (dev/probes/solo_dense.cu). dense_chain4 and dense_chain4_deep sum one run of
 // rows (bias or zero, then k ascending, one fmaf per step: one chunk of DenseLayer::chunk_rows);
 // ChunkRun and dense_chunks* a unit's whole chunked sum: the tiled kernels' order, so the same bits.
 #include "engine/custom/fused/device_act.cuh"
@@ -20,7 +20,7 @@ namespace {
 // few units per block): a and w 16-byte aligned, rows a multiple of 4. A unit's 400-step chain (f5)
 // is the batch-1 forward's longest: the strided loop (image_dense.cuh's dense_chain, two scalar
 // loads per step) ran at ~15 cycles per step there, bound by shared-memory loads
-// (tools/probes/batch1_floor.cu: 13 cycles per step for such a loop alone); here a float4 of each
+// (dev/probes/batch1_floor.cu: 13 cycles per step for such a loop alone); here a float4 of each
 // operand serves 4 steps, and the next 8 steps' operands are loaded before the FMAs of these 8.
 __device__ __forceinline__ float dense_chain4(const float* a, const float* w, int rows, float s) {
   {
@@ -50,10 +50,9 @@ __device__ __forceinline__ float dense_chain4(const float* a, const float* w, in
 // The loop of dense_chain4_deep and dense_chunks4: `step(x, y)` on every quad of rows of a and w
 // (float4s), in order, with the operands of the next 16 steps loaded before the steps of these 16.
 // kAtOnce 1 or 2: a run of 1-7 quads (the clusters' 16-row chunks: 4) loads all its operands before
-// its first step, where the loop below waited for each quad's loads in turn: batch 1 15.55-15.68 us
-// against 16.42 on the H100, same call (session 19; ENGINE_FUSED_IMAGE_DENSE=3 runs the loop).
-// kAtOnce 2: a longer run's last 1-3 quads also load before its last group's steps (f5: batch 1
-// -0.19 us, same call; ENGINE_FUSED_IMAGE_DENSE=4 loads them after).
+// its first step, instead of waiting for each quad's loads in turn. kAtOnce 2: a longer run's last
+// 1-3 quads also load before its last group's steps. The image chain's clusters use kAtOnce 2
+// (docs/perf-fused-gpu.md has the measurements).
 template <int kAtOnce = 0, class Step>
 __device__ __forceinline__ void deep_quads(const float* a, const float* w, int rows, Step step) {
   const float4* a4 = reinterpret_cast<const float4*>(a);
@@ -99,7 +98,7 @@ __device__ __forceinline__ void deep_quads(const float* a, const float* w, int r
         cw[i] = nw[i];
       }
     }
-    if (kAtOnce >= 2) {
+    if constexpr (kAtOnce >= 2) {
       // The last 1-3 quads (n4 % 4; f5's 13-quad chunks: 1) load before the last group's steps
       // instead of after them (as above, quads past the run repeat its last one and go unused).
       float4 ra[3], rw[3];
@@ -115,9 +114,10 @@ __device__ __forceinline__ void deep_quads(const float* a, const float* w, int r
       for (int i = 0; i < 3; ++i)
         if (k + i < n4) step(ra[i], rw[i]);
       return;
-    }
+    } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) step(ca[i], cw[i]);
+      for (int i = 0; i < 4; ++i) step(ca[i], cw[i]);
+    }
   }
   for (; k < n4; ++k) {
     const float4 x = a4[k], y = w4[k];
@@ -127,11 +127,9 @@ __device__ __forceinline__ void deep_quads(const float* a, const float* w, int r
 }
 
 // dense_chain4 with the operands of the next 16 steps in flight instead of 8 (64 registers of
-// operands: for the image chain's clusters, whose threads have 128): the clusters' chains (f5: 400 steps at batch 1) ran at ~9 cycles a step against the FMA's 4, the
-// shared loads issued only 8 steps before their use. The image chain's default (ImageChainParams::dense_pipelined 2); session 10, H100,
-// same call: batch 1 15.97-16.19 us against 16.16-16.32 with 8 steps (ENGINE_FUSED_IMAGE_DENSE=2) and
-// 16.45-16.48 for the tree before; batch 64 22.3-22.6 against 22.7-22.8 and 23.1-23.5. Same sums in
-// the same order: the same bits.
+// operands: for the image chain's clusters, whose threads have 128): with 8 steps in flight the
+// clusters' chains (f5: 400 steps at batch 1) ran at about twice the FMA's latency per step, the
+// shared loads issued too shortly before their use. Same sums in the same order: the same bits.
 template <int kAtOnce = 0>
 __device__ __forceinline__ float dense_chain4_deep(const float* a, const float* w, int rows, float s) {
   deep_quads<kAtOnce>(a, w, rows, [&](const float4& x, const float4& y) {
@@ -141,8 +139,8 @@ __device__ __forceinline__ float dense_chain4_deep(const float* a, const float* 
 }
 
 // A unit's sum in the chunked order (DenseLayer::chunk_rows) over runs of rows taken one after
-// another, with no restart at a chunk's end (session 17: a chain restarted per chunk paid ~400-700
-// cycles each time, its first loads' latency, and lost 4-6 us at batches 1-64). `cur` is the
+// another, with no restart at a chunk's end (a chain restarted per chunk pays its first loads'
+// latency each time). `cur` is the
 // running chain (in chunk 0 it started from the bias), `s` the settled sum (bias, chunk 0 and every
 // finished later chunk), `left` the quads of rows before the current chunk ends, `rest` the quads
 // after that up to in_padded. Every sum: one fmaf per step, each later chunk from zero, added to

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,27 +12,16 @@
 namespace engine::custom::fused {
 namespace {
 
-// The largest batch the image chain runs: 12 images per SM. On the H100 (132 SMs) the image chain
-// wins up to between 1,024 (1.54x the tiled kernels) and 2,048 (0.88x) images, where the tiled
-// kernels' larger work items take over (docs/perf-fused-gpu.md). ENGINE_FUSED_IMAGE_MAX overrides it
-// (0: never), ENGINE_FUSED_IMAGE_CLUSTER the largest cluster (1: none), ENGINE_FUSED_IMAGE_DENSE=1
-// the image chain's plain dense loop (version 1; 2 prefetches 8 steps ahead; 3 16 in clusters; 4
-// 16 and short chunks loaded whole; 5, the default, also long chunks' last quads early),
-// ENGINE_FUSED_IMAGE_PARTIALS=loop the chunk
-// partials' plain loop, and ENGINE_FUSED_IMAGE_HANDOFF=barrier a cluster barrier after every layer instead of the mbarrier
-// hand-offs, ENGINE_FUSED_IMAGE_FLATTEN=copy the conv-to-dense copy instead of the planned
-// in-place read, ENGINE_FUSED_IMAGE_CONV_SPLIT=N / ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N which
-// clusters' conv layers take one-channel items, ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS=0 those items'
-// weights by scalar loads, ENGINE_FUSED_IMAGE_PREFETCH=regs the first input into registers at the
-// entry, ENGINE_FUSED_IMAGE_KERNEL=general the general cluster kernel where a specialised one
-// qualifies, and ENGINE_FUSED_IMAGE_TAIL=0 no dense tail (ImageChainParams), for benchmarks and tests;
-// the bits are the same either way.
+// The largest batch the image chain runs by default: 12 images per SM. On a 132-SM GPU the image
+// chain wins up to between 1,024 and 2,048 images, where the tiled kernels' larger work items take
+// over (docs/perf-fused-gpu.md). ImageChainOptions picks another limit, the largest cluster, the
+// general cluster kernel and the conv items' split rule; the bits are the same every way.
 constexpr int kImageImagesPerSm = 12;
 
 class FusedExecutable final : public gpu::GpuExecutable {
  public:
-  FusedExecutable(const Graph& fused_graph, FusedPlan plan, const CompileOptions& options, const DeviceShape& device,
-                  std::string header)
+  FusedExecutable(const Graph& fused_graph, FusedPlan plan, const CompileOptions& options,
+                  const ImageChainOptions& image_options, const DeviceShape& device, std::string header)
       : GpuExecutable(fused_graph, options), plan_(std::move(plan)) {
     summary_ = std::move(header);
     summary_ += fmt::format("\narena: {} floats/sample x {} = {:.2f} MiB (only the chains' inputs and outputs)",
@@ -102,50 +90,20 @@ class FusedExecutable final : public gpu::GpuExecutable {
       const int per_sm = image_chain_blocks_per_sm(bytes);
       if (per_sm >= 1) {
         image_blocks_ = per_sm * device.multiprocessors;
-        image_max_ = env_int("ENGINE_FUSED_IMAGE_MAX", kImageImagesPerSm * device.multiprocessors);
-        // The largest cluster asked for (ENGINE_FUSED_IMAGE_CLUSTER, default kImageMaxCluster) that
-        // the device can launch, and how many of each size fit at once.
-        const int want = std::max(1, std::min(kImageMaxCluster, env_int("ENGINE_FUSED_IMAGE_CLUSTER", kImageMaxCluster)));
+        image_max_ = image_options.max_batch.value_or(kImageImagesPerSm * device.multiprocessors);
+        // The largest cluster asked for that the device can launch, and how many of each size fit at once.
+        const int want = std::max(1, std::min(kImageMaxCluster, image_options.max_cluster));
         image_cluster_ = 1;
         for (int size = 2; size <= want; size *= 2) {
           cluster_capacity_[size] = image_chain_cluster_capacity(bytes, size);
           if (cluster_capacity_[size] >= 1) image_cluster_ = size;
         }
         multiprocessors_ = device.multiprocessors;
-        // ENGINE_FUSED_IMAGE_DENSE: 1 the plain loop, 2 operands 8 steps ahead, 3 16 steps ahead in
-        // a cluster's chunk warps, 4 as 3 with a short chunk's operands loaded whole before its
-        // first step, 5 (default) as 4 with a long chunk's last 1-3 quads loaded before its last
-        // group's steps (the one-thread-per-unit chunked loops: 16 in a cluster, 8 with
-        // one block per image, either way). Same bits every way.
-        plan_.image.dense_pipelined = std::clamp(env_int("ENGINE_FUSED_IMAGE_DENSE", 5), 1, 5) - 1;
-        if (const char* h = std::getenv("ENGINE_FUSED_IMAGE_HANDOFF"); h && std::string(h) == "barrier")
-          plan_.image.handoff_async = 0;
-        // ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0: each unit's chunks one after another in one thread
-        // instead of one warp per chunk (same bits; for A/B).
-        plan_.image.dense_parallel = env_int("ENGINE_FUSED_IMAGE_DENSE_PARALLEL", 1) != 0 ? 1 : 0;
-        // ENGINE_FUSED_IMAGE_TAIL=0: the last dense layer in block 0 from every block's outputs
-        // instead of the dense tail (one chunk of it per block, summed where its inputs were
-        // computed; same bits; for A/B).
-        plan_.image.dense_tail = env_int("ENGINE_FUSED_IMAGE_TAIL", 1) != 0 ? 1 : 0;
-        // ENGINE_FUSED_IMAGE_PREFETCH=regs: the first image's input read into registers at the
-        // kernel's entry (sessions 8-19) instead of at the image's start (same values; for A/B).
-        if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_PREFETCH"); f && *f)
-          plan_.image.input_prefetch = std::string(f) == "regs" ? 1 : 0;
-        plan_.image.conv_split_items = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT", plan_.image.conv_split_items);
-        plan_.image.conv_split_blocks = env_int("ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS", plan_.image.conv_split_blocks);
-        plan_image_conv_setup(plan_.image);  // the split rule's switches above may have changed
-        // ENGINE_FUSED_IMAGE_CONV_SETUP=runtime: every block works the clusters' conv set-up out at
-        // each conv layer's start, as before session 17 (same bits; for A/B).
-        if (const char* c = std::getenv("ENGINE_FUSED_IMAGE_CONV_SETUP"); c && std::string(c) == "runtime")
-          plan_.image.conv_setup_planned = 0;
-        // ENGINE_FUSED_IMAGE_PARTIALS=loop: warp 0 adds the chunk partials by the loop of sessions
-        // 17-18 (same bits; for A/B).
-        if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_PARTIALS"); f && std::string(f) == "loop")
-          plan_.image.partials_batched = 0;
-        // ENGINE_FUSED_IMAGE_FLATTEN=copy: the conv-to-dense copy back in place of the planned
-        // in-place flatten (same layout, same bits; for A/B).
-        if (const char* f = std::getenv("ENGINE_FUSED_IMAGE_FLATTEN"); f && std::string(f) == "copy")
-          plan_.image.flatten_in_place = 0;
+        if (image_options.conv_split_items || image_options.conv_split_blocks) {
+          plan_.image.conv_split_items = image_options.conv_split_items.value_or(plan_.image.conv_split_items);
+          plan_.image.conv_split_blocks = image_options.conv_split_blocks.value_or(plan_.image.conv_split_blocks);
+          plan_image_conv_setup(plan_.image);
+        }
         // Clusters of 8 blocks (the largest; an image per 8 SMs) take conv items of one output
         // channel where a block's items then fit its threads (image_chain.cu's split_conv_items).
         const bool split = plan_.image.has_conv && plan_.image.conv_split_items > 0 &&
@@ -158,7 +116,7 @@ class FusedExecutable final : public gpu::GpuExecutable {
         bool chunked = false;
         for (int l = 0; plan_.image.has_dense && l < plan_.image.dense.layer_count; ++l)
           chunked = chunked || plan_.image.dense.layers[l].chunk_rows < plan_.image.dense.layers[l].in_padded;
-        const std::string chunk_text = chunked && image_cluster_ > 1 && plan_.image.dense_parallel
+        const std::string chunk_text = chunked && image_cluster_ > 1
                                            ? "; clusters sum a dense layer's chunks on one warp each where a block's units "
                                              "fit one warp and one weight slice"
                                            : "";
@@ -170,11 +128,9 @@ class FusedExecutable final : public gpu::GpuExecutable {
                                         image_cluster_, tail_runs)
                           : "";
         // The cluster kernel: the one specialised for this chain where it qualifies (a fraction of the
-        // general kernel's code: the instruction caches start cold at each launch, session 21), or the
-        // general one (ENGINE_FUSED_IMAGE_KERNEL=general, for A/B; same bits).
-        const char* general = std::getenv("ENGINE_FUSED_IMAGE_KERNEL");
-        const std::string kernel_why =
-            plan_image_cluster_kernel(plan_.image, general && std::string(general) == "general");
+        // general kernel's code: the instruction caches start cold at each launch), or the general one
+        // where the options ask for it (same bits).
+        const std::string kernel_why = plan_image_cluster_kernel(plan_.image, image_options.general_cluster_kernel);
         const std::string kernel_text = image_cluster_ > 1 ? "; clusters run " + kernel_why : "";
         plan_.summary.push_back(fmt::format(
             "fused image chain for batches <= {}: 1 kernel, 1 image per block, {} threads, {:.1f} KiB shared memory, "
@@ -265,9 +221,10 @@ class FusedExecutable final : public gpu::GpuExecutable {
 }  // namespace
 
 std::unique_ptr<Executable> make_fused_executable(const Graph& graph, FusedPlan plan, const CompileOptions& options,
-                                                  const DeviceShape& device, std::string header) {
+                                                  const ImageChainOptions& image_options, const DeviceShape& device,
+                                                  std::string header) {
   const Graph fused = fuse_groups(graph, plan.groups);
-  return std::make_unique<FusedExecutable>(fused, std::move(plan), options, device, std::move(header));
+  return std::make_unique<FusedExecutable>(fused, std::move(plan), options, image_options, device, std::move(header));
 }
 
 }  // namespace engine::custom::fused

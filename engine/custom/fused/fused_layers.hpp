@@ -37,14 +37,11 @@ inline constexpr int kDenseSliceFloats = 4096;
 
 enum class Act : int { None = 0, Relu = 1, Tanh = 2, Sigmoid = 3 };
 
-inline constexpr unsigned kEpilogueNoInline = 1u << 8;
-
 struct Epilogue {
   int count = 0;
   Act acts[kMaxEpilogueActs] = {};
   // The same, packed (count in bits 0-1, then 2 bits per activation): the one word the kernels
-  // read, once per layer, into a register. Kept in step with count/acts by add(). Bit 8
-  // (kEpilogueNoInline) makes the kernels call the generic function even for a lone tanh.
+  // read, once per layer, into a register. Kept in step with count/acts by add().
   unsigned code = 0;
 
   void add(Act a) {
@@ -105,9 +102,8 @@ struct SpatialLayer {
   Epilogue pool_epilogue;
   int conv_out_h = 0, conv_out_w = 0;  // the conv's own output size when a pool is folded in
   // The image chain's clusters, tiled convs only (plan_image_conv_setup, fused_plan.cpp): decided on
-  // the host once instead of at every layer's start on the batch-1 critical path (session 16's
-  // Nsight Compute samples: the split rule's and WorkRange's integer divisions, the Divisors'
-  // reciprocals). Bit s of image_split: clusters of 2^s blocks take one-channel items;
+  // the host once instead of at every layer's start on the batch-1 critical path (the split rule's
+  // and WorkRange's integer divisions, the Divisors' reciprocals). Bit s of image_split: clusters of 2^s blocks take one-channel items;
   // image_per[s]: a block's share of the items there (whole warps); inv_*: the correctly rounded
   // reciprocals of the conv's output width, row strips, and channel groups of two / one channel(s).
   int image_split = 0;
@@ -141,8 +137,8 @@ struct DenseLayer {
   // [0, chunk_rows) one fmaf per step; each later chunk of chunk_rows rows (the last one ends at
   // in_padded) summed on its own from zero, one fmaf per step, and added to the running sum in
   // chunk order. chunk_rows >= in_padded is the plain order (bias, then every k ascending). Chunks
-  // let the image chain sum one unit's chunks on several warps at once (session 17: the dependent
-  // chain of f5's 400 steps was the longest stretch of batch 1). A multiple of 4.
+  // let the image chain sum one unit's chunks on several warps at once (a dependent chain of f5's
+  // 400 steps is the longest stretch of batch 1). A multiple of 4.
   int chunk_rows = 0;
 };
 
@@ -154,7 +150,8 @@ struct DenseChainParams {
   Epilogue input_epilogue;   // activations between the chain's input and the first dense layer
   int tile_images = 1;       // TM, a multiple of 4
   // Version 2: each layer's weights pass through shared memory in slices of slice_rows rows, two
-  // buffers in turn (cp.async); 0: version 1, weights read through L1/L2 (ENGINE_FUSED_DENSE=1).
+  // buffers in turn (cp.async); 0: version 1, weights read through L1/L2 (layers whose slices do
+  // not fit beside the activations).
   int staged_weights = 0;
   int slice_off[2] = {0, 0};
   int smem_floats = 0;
@@ -163,6 +160,15 @@ struct DenseChainParams {
 // The whole chain for one image per block (image_chain.cu), for batches too small to fill the GPU
 // with the tiled kernels: the same layers and the same summation order per output (the same bits),
 // finer work items, and no round trip through global memory between the two parts.
+// Clusters: each layer's outputs reach the other blocks as asynchronous stores that complete on
+// a per-layer mbarrier in the receiving block (image_team.cuh). A dense layer whose block units fit
+// one warp's lanes and whose weights one slice sums each unit's chunks (DenseLayer::chunk_rows) on
+// one warp per chunk, then adds them in order. The dense tail, in clusters whose blocks can each
+// take one chunk of the last dense layer (tail_runs): the layer before it splits its units in
+// runs of the last layer's chunk_rows, one per block; each block sums the last layer's chunk over
+// its own run's outputs (a warp, values by shuffles) and sends that partial to block 0, which adds
+// them in chunk order and runs the softmax: one hand-off of a few floats per block instead of every
+// block's outputs to every block. The same sums in the same order as every other path.
 struct ImageChainParams {
   int has_conv = 0, has_dense = 0;
   ConvChainParams conv;    // tile_images = 1; K*_2 / Generic2 variants; shared-memory offsets from 0
@@ -174,53 +180,19 @@ struct ImageChainParams {
   int tail_off = 0;           // [kImageMaxCluster][32] the last dense layer's chunk partials from the other blocks
   int bias_off[kMaxDenseLayers] = {};  // each dense layer's bias, staged with the conv weights at the start
   int smem_floats = 0;
-  // Prefetch the next steps' operands in the dense loop: 1 8 steps, 2 16 (clusters), 3 16 and a
-  // cluster chunk warp's short chunk (under 32 rows) loaded whole first, 4 as 3 and a long chunk's
-  // last 1-3 quads loaded before its last group's steps; 0 the plain loop (A/B).
-  int dense_pipelined = 4;
-  // Clusters: each layer's outputs reach the other blocks as asynchronous stores that complete on a
-  // per-layer mbarrier in the receiving block (1), instead of plain stores and a cluster barrier
-  // per layer (0; ENGINE_FUSED_IMAGE_HANDOFF=barrier, for A/B). Same bits either way.
-  int handoff_async = 1;
   // Clusters of at least conv_split_blocks blocks: a conv layer's items are of one output channel
   // instead of kImageOcb (conv_tiled's OCU) when a block then has at most conv_split_items of them
-  // (image_chain.cu's split_conv_items; ENGINE_FUSED_IMAGE_CONV_SPLIT=N and
-  // ENGINE_FUSED_IMAGE_CONV_SPLIT_BLOCKS=N for A/B, N=0 items: never). Same sums, same bits.
+  // (the plan's rule, plan_image_conv_setup; ImageChainOptions may change both, 0 items: never).
+  // Same sums, same bits.
   int conv_split_items = kImageThreads;
   int conv_split_blocks = 8;
-  // The clusters' conv set-up from the SpatialLayer fields the host computed (1), or worked out by
-  // every block at every conv layer's start (0; ENGINE_FUSED_IMAGE_CONV_SETUP=runtime, for A/B).
-  int conv_setup_planned = 1;
-  // Chunk warps: warp 0 issues its loads of the other chunks' partials back to back, then adds them
-  // in chunk order (1), or loads and adds them one loop step at a time (0; ENGINE_FUSED_IMAGE_PARTIALS=loop,
-  // for A/B). The same sums in the same order either way.
-  int partials_batched = 1;
   // The first dense layer's input row is the last conv layer's output buffer itself (the plan's
-  // choice, fused_plan.cpp); 0: the kernel copies it there (ENGINE_FUSED_IMAGE_FLATTEN=copy).
+  // choice where that buffer already is the flattened row, fused_plan.cpp); 0: the kernel copies it.
   int flatten_in_place = 0;
-  // Clusters: a dense layer whose block units fit one warp's lanes and whose weights one slice
-  // sums each unit's chunks (DenseLayer::chunk_rows) on one warp per chunk, then adds them in
-  // order (1); 0 one thread per unit runs its chunks one after another (ENGINE_FUSED_IMAGE_DENSE_PARALLEL=0,
-  // A/B). Same bits either way.
-  int dense_parallel = 1;
-  // The dense tail (1; ENGINE_FUSED_IMAGE_TAIL=0 turns it off, for A/B): in clusters whose blocks can
-  // each take one chunk of the last dense layer (tail_runs, from fused_plan.cpp's image_tail_runs),
-  // the layer before it splits its units in runs of the last layer's chunk_rows, one per block; each
-  // block sums the last layer's chunk over its own run's outputs (a warp, values by shuffles) and
-  // sends that partial to block 0, which adds them in chunk order and runs the softmax: one hand-off
-  // of a few floats per block instead of every block's outputs to every block and a layer in block
-  // 0. Same sums in the same order either way. On by default since session 21: -0.4 to -0.6 us at
-  // batch 1 on an H200 in three rounds with the specialised cluster kernel; the blocks that send
-  // to block 0 no longer wait at a cluster barrier of their own there (the extra barrier phase
-  // kept compute-sanitizer's racecheck from finishing a launch; now 0 hazards).
-  int dense_tail = 1;
-  // The first image's input read into registers at the kernel's entry (1), or at the image's start
-  // as every later image's (0; ENGINE_FUSED_IMAGE_PREFETCH=regs gives 1, for A/B). Same values.
-  int input_prefetch = 0;
   // The cluster kernel (image_chain.cu): 0 the general one; K (2, 3, 5) the one specialised for
-  // chains whose conv layers are all tiled K x K convolutions, 1 for chains without conv layers,
-  // both only with asynchronous hand-offs and the default dense loop (plan_image_cluster_kernel,
-  // fused_plan.cpp). The same code runs; the specialised kernels leave out every other variant.
+  // chains whose conv layers are all tiled K x K convolutions, 1 for chains without conv layers
+  // (plan_image_cluster_kernel, fused_plan.cpp). The same code runs; the specialised kernels leave
+  // out every other variant.
   int cluster_kernel = 0;
   // The dense tail's blocks in clusters of 2^s (image_tail_runs, fused_plan.cpp), 0: no tail there.
   int tail_runs[4] = {};
@@ -241,8 +213,8 @@ void dense_chain_forward(const DenseChainParams& p, const float* x, float* y, in
 void image_chain_prepare(int smem_bytes, const char* context);
 int image_chain_blocks_per_sm(int smem_bytes);
 // How many clusters of `size` blocks of the image chain the device runs at once (0: it cannot
-// launch that size). Clusters live inside one GPC, so this is less than SMs / size (H100: 132
-// SMs, but 16 clusters of 8 do not all fit: batch 16 took two waves, 28 us against 16 at batch 4).
+// launch that size). Clusters live inside one GPC, so this can be less than SMs / size (on a
+// 132-SM GPU 16 clusters of 8 do not all fit: such a batch would take two waves).
 int image_chain_cluster_capacity(int smem_bytes, int size);
 // cluster > 1: n clusters of `cluster` blocks, one image each (n * cluster blocks, the caller keeps
 // that within one wave); otherwise min(n, blocks) blocks looping over the images.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 
 namespace engine::custom::fused {
 namespace {
@@ -46,9 +45,6 @@ void push_act(Epilogue& e, Act a, const formats::Node& node) {
   if (e.count == kMaxEpilogueActs)
     throw NotFused{fmt::format("node '{}': more than {} activations in a row", node.name, kMaxEpilogueActs)};
   e.add(a);
-  // ENGINE_FUSED_INLINE_TANH=0: the kernels call the generic epilogue for a lone tanh too (for
-  // benchmarks of version 5's inlined tanh; the bits are the same either way).
-  if (const char* env = std::getenv("ENGINE_FUSED_INLINE_TANH"); env && std::string(env) == "0") e.code |= kEpilogueNoInline;
 }
 
 // Output channels per thread: the fewest padded channels, the larger block on a tie (the image
@@ -81,10 +77,7 @@ ConvVariant conv_variant(bool tiled, int kernel_h, int ocb, bool image) {
 // Output rows per thread of a tiled conv with `oh` output rows: 4 (the better ratio of FMAs to
 // shared-memory loads), or 2 where strips of 4 would compute rows past the output that strips of 2
 // do not (LeNet-5's c3: 10 rows, 12 computed in strips of 4, 17 % of its FMAs wasted).
-// ENGINE_FUSED_ROWS=2|4 forces one (benchmarks; the bits are the same either way).
 int choose_rows(int oh) {
-  if (const char* env = std::getenv("ENGINE_FUSED_ROWS"); env && (std::string(env) == "2" || std::string(env) == "4"))
-    return std::stoi(env);
   const int waste4 = round_up(oh, 4) - oh, waste2 = round_up(oh, 2) - oh;
   return waste2 < waste4 ? 2 : kConvRowsPerThread;
 }
@@ -134,11 +127,6 @@ constexpr int64_t kMaxSmemDim = int64_t(1) << 24;  // keeps every int index in t
 // The conv chain's layers, weights and buffers. `image`: the image chain's style (one image, 2 x 2
 // work items, buffers from offset 0 after the weights; the caller adds the dense part and checks
 // the total); otherwise the tiled kernel's (T images, as many as two blocks per SM allow).
-bool one_channel_weights() {
-  const char* env = std::getenv("ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS");
-  return !(env && std::string(env) == "0");
-}
-
 void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, const DeviceShape& dev, bool image,
                   ConvChainParams& p, std::vector<float>& w, std::vector<std::string>& summary) {
   std::vector<SpatialNode> producers;
@@ -216,8 +204,8 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
       // The image chain's one-channel items (conv_tiled's OCU = 1, clusters at batch 1) read their
       // weights from a second copy, [oc_padded][C][kh * kw rounded up to 4]: one channel's taps as
       // float4 loads (a broadcast across the item's lanes) instead of one scalar load per tap, 2
-      // floats apart (ENGINE_FUSED_IMAGE_SPLIT_WEIGHTS=0: the scalar loads, A/B). Same values, same sums.
-      if (image && is_tiled(L.variant) && one_channel_weights()) {
+      // floats apart. Same values, same sums.
+      if (image && is_tiled(L.variant)) {
         const int taps = round_up(KH * KW, 4);
         L.split_weight_off = int(w.size());
         w.resize(w.size() + size_t(L.oc_padded) * size_t(C) * size_t(taps), 0.0f);
@@ -331,26 +319,14 @@ void plan_spatial(const Graph& g, const std::vector<int>& chain, size_t end, con
 
 }  // namespace
 
-int env_int(const char* name, int fallback) {
-  if (const char* env = std::getenv(name); env && *env) {
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end == '\0' && v >= 0) return int(std::min<long>(v, 1L << 30));
-  }
-  return fallback;
-}
-
 namespace {
 
 // A dense layer's chunks (DenseLayer::chunk_rows): about kDenseChunks of them, each a multiple of 4
 // rows and at least 16 (shorter chains save less than the added sums cost); one chunk (the plain
-// order) for layers of at most 16 rows. ENGINE_FUSED_DENSE_CHUNKS=N asks for N (0 or 1: the plain
-// order, for A/B; the bits then differ, every kernel still agreeing with every other).
+// order) for layers of at most 16 rows. Every fused kernel sums in these chunks, so all agree bitwise.
 constexpr int kDenseChunks = 8;
 int chunk_rows_for(int in_padded) {
-  const int chunks = env_int("ENGINE_FUSED_DENSE_CHUNKS", kDenseChunks);
-  if (chunks <= 1) return in_padded;
-  const int rows = std::max(16, round_up((in_padded + chunks - 1) / chunks, 4));
+  const int rows = std::max(16, round_up((in_padded + kDenseChunks - 1) / kDenseChunks, 4));
   return std::min(rows, in_padded);
 }
 
@@ -406,10 +382,9 @@ void plan_dense(const Graph& g, const std::vector<int>& chain, size_t begin, con
     in_features = L.units;
   }
   // Version 2 (dense_chain.cu) stages each layer's weights through shared memory: slices of
-  // slice_rows rows (a multiple of 4, at least 4, up to kDenseSliceFloats floats), two buffers.
-  // ENGINE_FUSED_DENSE=1 picks version 1 (weights through L1/L2), for benchmarks; same bits.
-  const char* dense_env = std::getenv("ENGINE_FUSED_DENSE");
-  bool staged = !(dense_env && std::string(dense_env) == "1");
+  // slice_rows rows (a multiple of 4, at least 4, up to kDenseSliceFloats floats), two buffers;
+  // version 1 (weights through L1/L2) where the slices do not fit beside the activations.
+  bool staged = true;
   int64_t slice_floats = 0;
   for (int l = 0; l < p.layer_count; ++l) {
     DenseLayer& L = p.layers[l];
@@ -487,7 +462,7 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
     // The first dense layer reads the conv part's output where the last conv layer wrote it, when
     // that buffer already is the flattened row (CHW, no padding, no activation between, no zero
     // tail to add) and the even layers' inputs fit in the conv buffers from there: no copy and no
-    // barrier between the two parts (session 11: 0.5 us at batch 1). Otherwise the kernel copies.
+    // barrier between the two parts. Otherwise the kernel copies.
     int64_t region_a = base, region_b = base + widest[0];
     if (p.has_conv) {
       const SmemTensor& last = p.conv.layer_count > 0 ? p.conv.layers[p.conv.layer_count - 1].out : p.conv.input;
@@ -537,7 +512,7 @@ void plan_image(const Graph& g, const std::vector<int>& chain, size_t first_dens
 }  // namespace
 
 int image_tail_runs(const ImageChainParams& p, int size) {
-  if (!p.dense_tail || !p.handoff_async || !p.dense_parallel || !p.has_dense || !p.dense.softmax ||
+  if (!p.has_dense || !p.dense.softmax ||
       p.dense.layer_count < 2 || size < 2)
     return 0;
   const DenseLayer& L = p.dense.layers[p.dense.layer_count - 1];
@@ -559,9 +534,7 @@ int image_tail_runs(const ImageChainParams& p, int size) {
 
 std::string plan_image_cluster_kernel(ImageChainParams& p, bool force_general) {
   p.cluster_kernel = 0;
-  if (force_general) return "the general cluster kernel (ENGINE_FUSED_IMAGE_KERNEL=general)";
-  if (!p.handoff_async) return "the general cluster kernel: hand-offs through cluster barriers";
-  if (p.has_dense && p.dense_pipelined != 4) return "the general cluster kernel: a dense loop other than the default";
+  if (force_general) return "the general cluster kernel (asked for: ImageChainOptions::general_cluster_kernel)";
   int k = 0;
   for (int l = 0; p.has_conv && l < p.conv.layer_count; ++l) {
     const SpatialLayer& L = p.conv.layers[l];

@@ -53,21 +53,18 @@ struct FusedPlan {
 // The fused plan, or the reason the graph does not qualify (one line, names the node).
 std::variant<FusedPlan, std::string> plan_fused(const Graph& graph, const DeviceShape& device);
 
-// A non-negative integer from the environment (the fused path's A/B switches), or `fallback`.
-int env_int(const char* name, int fallback);
-
 // The image chain's per-cluster-size conv set-up (SpatialLayer::image_split, image_per, inv_*) from
-// p.conv_split_items and p.conv_split_blocks: plan_fused calls it, and the executable again after
-// its A/B switches change those two.
+// p.conv_split_items and p.conv_split_blocks: plan_fused calls it, and the executable again where
+// ImageChainOptions change those two.
 void plan_image_conv_setup(ImageChainParams& p);
 // How many blocks of a cluster of `size` sum one chunk each of the last dense layer (the dense tail,
-// ImageChainParams::dense_tail and tail_runs), or 0. The kernel trusts it: every block with a run
+// ImageChainParams::tail_runs), or 0. The kernel trusts it: every block with a run
 // must sum the layer before the last on chunk warps (its DenseShare), or block 0 would wait forever.
 int image_tail_runs(const ImageChainParams& p, int size);
 // Which cluster kernel runs the image chain (ImageChainParams::cluster_kernel) and, for the plan's
 // summary, why: a specialised one when every hand-off is asynchronous, every conv layer is a
 // tiled K x K one of the same K, and the dense chunks run the default loop; else the general one.
-// Called by the executable after its A/B switches (ENGINE_FUSED_IMAGE_KERNEL=general forces it).
+// Called by the executable (ImageChainOptions::general_cluster_kernel forces the general one).
 std::string plan_image_cluster_kernel(ImageChainParams& p, bool force_general);
 
 }  // namespace engine::custom::fused

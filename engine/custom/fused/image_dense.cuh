@@ -1,7 +1,7 @@
 #pragma once
 // The image chain's dense part, piece by piece (image_chain.cu): which units a block of the team
 // computes and how their weights are staged (DenseShare, request_slice), the sums over a staged
-// slice (dense_chain, dense_chain4), the softmax on a warp's lanes, the biases' staging. Included by
+// slice (dense_steps.cuh), the softmax on a warp's lanes, the biases' staging. Included by
 // image_chain.cu only (it owns the shared-memory table declared here).
 #include <cuda_pipeline.h>
 
@@ -60,8 +60,8 @@ struct DenseShare {
 __shared__ DenseShare s_share[kMaxDenseLayers];
 
 // The dense tail's runs for a team of `size` blocks (ImageChainParams::tail_runs, planned on the
-// host by image_tail_runs: fused_plan.cpp); 0 without the tail. Worked out here, its DenseShare
-// raised the kernel's register pressure at the entry and spilled the prefetched input (+0.6 us).
+// host by image_tail_runs: fused_plan.cpp); 0 without the tail. Planned on the host: worked out
+// here, it raises the kernel's register pressure at the entry.
 __device__ __forceinline__ int team_tail_runs(const ImageChainParams& p, int size) {
   return size >= 2 && size <= 8 ? p.tail_runs[31 - __clz(size)] : 0;
 }
@@ -90,14 +90,6 @@ __device__ __forceinline__ void request_slice(const DenseLayer& D, const DenseSh
   }
 }
 
-// s + sum over r of a[r] * w[r * stride], one fmaf per step, r ascending: one chunk's plain loop
-// (ENGINE_FUSED_IMAGE_DENSE=1, for A/B against dense_chain4 and dense_chain4_deep).
-__device__ __forceinline__ float dense_chain(const float* a, const float* w, int stride, int rows, float s) {
-#pragma unroll 8
-  for (int r = 0; r < rows; ++r) s = fmaf(a[r], w[r * stride], s);
-  return s;
-}
-
 // A barrier of the block's first `threads` threads (whole warps) on hardware barrier `id` (0 is
 // __syncthreads'): a dense layer's chunk warps meet on it while the others copy the next slice.
 __device__ __forceinline__ void warps_sync(int id, int threads) {
@@ -108,7 +100,7 @@ __device__ __forceinline__ void warps_sync(int id, int threads) {
 // asynchronous hand-offs (the layer stays in block 0), a softmax, at most 32 padded units in one
 // slice (DenseShare gives block 0 all of them: unit u on lane u).
 __device__ __forceinline__ bool softmax_in_lanes(const ImageChainParams& p, bool cluster) {
-  if (!cluster || !p.handoff_async || !p.has_dense || !p.dense.softmax) return false;
+  if (!cluster || !p.has_dense || !p.dense.softmax) return false;
   const DenseLayer& L = p.dense.layers[p.dense.layer_count - 1];
   return L.units_padded <= 32 && s_share[p.dense.layer_count - 1].slices == 1;
 }

@@ -60,12 +60,12 @@ struct ClusterStore {
   }
 };
 
-// The hand-off between layers in a cluster (ImageChainParams::handoff_async): a block stores each
+// The hand-off between layers in a cluster: a block stores each
 // output into every block's shared memory with st.async, which counts its bytes on that block's
 // mbarrier for the layer; a block waits on its own mbarrier until the layer's whole output (every
 // element, from whichever block computed it) has landed. This replaces a cluster barrier per
-// layer, whose release compiles to a GPU-scope fence (MEMBAR.ALL.GPU) and cost 0.7 us on the H100
-// (tools/probes/batch1_floor.cu); st.async needs no fence, and the wait's acquire is an L1
+// layer, whose release compiles to a GPU-scope fence (MEMBAR.ALL.GPU; dev/probes/batch1_floor.cu
+// times it); st.async needs no fence, and the wait's acquire is an L1
 // invalidation. Phases: one per image (parity = the image's count & 1); the block's last warp
 // initialises the mbarriers and, once an image's opening barrier has passed, arms each with the
 // bytes the block will receive (image_chain.cu).

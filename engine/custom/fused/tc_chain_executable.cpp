@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -12,25 +11,17 @@
 namespace engine::custom::tc {
 namespace {
 
-// For benchmarks and tests: ENGINE_TC_VERSION=1 runs version 1 (one warp per tile),
-// ENGINE_TC_ACCURATE_TANH=1 the accurate tanhf, ENGINE_TC_GENERIC=1 the kernel that reads the
-// activations and pools from its parameters whatever the model's signature, ENGINE_TC_TILE=16 tiles of
-// 16 images at every batch. The defaults: version 2, tanh.approx, the model's signature, adaptive tiles.
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == value;
-}
-
 class TcChainExecutable final : public gpu::GpuExecutable {
  public:
-  TcChainExecutable(const Graph& fused_graph, TcChainPlan plan, const CompileOptions& options, int multiprocessors,
-                    std::string header)
+  TcChainExecutable(const Graph& fused_graph, TcChainPlan plan, const CompileOptions& options,
+                    const TcChainOptions& tc_options, int multiprocessors, std::string header)
       : GpuExecutable(fused_graph, options), plan_(std::move(plan)) {
     choice_.bf16 = plan_.bf16;
-    choice_.version = env_is("ENGINE_TC_VERSION", "1") && !plan_.int8 ? 1 : 2;
-    choice_.fast_tanh = !env_is("ENGINE_TC_ACCURATE_TANH", "1");
-    choice_.signature = env_is("ENGINE_TC_GENERIC", "1") ? kSigGeneric : plan_.signature;
-    choice_.adaptive_tile = !env_is("ENGINE_TC_TILE", "16");
+    // The defaults: version 2, tanh.approx, the model's signature, adaptive tiles (TcChainOptions).
+    choice_.version = tc_options.one_warp_per_tile && !plan_.int8 ? 1 : 2;
+    choice_.fast_tanh = !tc_options.accurate_tanh;
+    choice_.signature = tc_options.generic_kernel ? kSigGeneric : plan_.signature;
+    choice_.adaptive_tile = !tc_options.fixed_tiles;
     if (plan_.int8) {
       setup_int8(multiprocessors, std::move(header));
       return;
@@ -157,10 +148,11 @@ class TcChainExecutable final : public gpu::GpuExecutable {
 }  // namespace
 
 std::unique_ptr<Executable> make_tc_chain_executable(const Graph& graph, TcChainPlan plan,
-                                                     const CompileOptions& options, int multiprocessors,
-                                                     std::string header) {
+                                                     const CompileOptions& options, const TcChainOptions& tc_options,
+                                                     int multiprocessors, std::string header) {
   const Graph fused = fuse_groups(graph, {FusionGroup{plan.nodes, "tensor-core chain"}});
-  return std::make_unique<TcChainExecutable>(fused, std::move(plan), options, multiprocessors, std::move(header));
+  return std::make_unique<TcChainExecutable>(fused, std::move(plan), options, tc_options, multiprocessors,
+                                             std::move(header));
 }
 
 }  // namespace engine::custom::tc

@@ -1,5 +1,5 @@
 #pragma once
-// The tensor-core chain (issue 15): the custom backend's fp16 / bf16 / int8 path. One kernel runs a
+// The tensor-core chain: the custom backend's fp16 / bf16 / int8 path. One kernel runs a
 // whole network of the LeNet-5 family on mma.sync (m16n8k16 with 16-bit operands and fp32 sums, or
 // m16n8k32 with int8 operands and int32 sums: TcInt8Params below), from the preprocessed fp32 input
 // to fp32 outputs, every intermediate on chip:
@@ -11,9 +11,7 @@
 // act: none, relu, tanh or sigmoid; pool: average or max; no padding, stride 1 convolutions. Smaller
 // layers are zero-padded to these sizes at plan time (a zero weight row or column adds nothing).
 // tc_chain_plan.cpp decides whether a graph has this shape and says why not; tc_chain.cuh holds the
-// 16-bit layers, tc_int8_chain.cuh the int8 ones; the probe it grew from, with its four versions, is
-// tools/probes/lenet_fp16_mma.cu
-// (docs/perf-custom-tensor-core.md). Plain structs: included from .cu files and host code.
+// 16-bit layers, tc_int8_chain.cuh the int8 ones (docs/perf-custom-tensor-core.md). Plain structs: included from .cu files and host code.
 #include <cstdint>
 
 namespace engine::custom::tc {

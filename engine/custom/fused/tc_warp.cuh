@@ -4,8 +4,7 @@
 // the instructions. Compiled for the host with -DENGINE_TC_EMULATE, each lane is a host thread and
 // every operation is computed from all 32 lanes' operands at a barrier, following the PTX ISA's
 // fragment layouts: the kernel's index logic (pixel orders, pooling, tiles, pairs of warps) runs
-// and is checked on a machine without a GPU (tests/custom/tc_chain_emulated_test.cpp). Grown in
-// tools/probes/lenet_fp16_mma.cu (issue 15), where the same emulation first checked it.
+// and is checked on a machine without a GPU (tests/gpu/emulated/custom_tc_emulated_test.cpp).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #if defined(__CUDACC__)

@@ -5,7 +5,7 @@ Nsight Compute's source page gives stall samples per SASS instruction; a batch-1
 microseconds, so one launch holds few samples and several launches are added here. Each report's
 instructions are matched by their offset from the kernel's first instruction (the module loads at a
 different address in each process), and the CUDA line of each offset comes from one export made
-with `--print-source cuda,sass` (the same binary). On the device (docs/perf-fused-gpu.md, session 11):
+with `--print-source cuda,sass` (the same binary). On the device (docs/perf-fused-gpu.md):
 
     for k in 200 201 202 203; do
       ncu --cache-control none --clock-control none -k regex:image_chain --launch-skip $k -c 1 \\
@@ -14,7 +14,7 @@ with `--print-source cuda,sass` (the same binary). On the device (docs/perf-fuse
       ncu -i rep$k.ncu-rep --page source --csv --print-source sass > sass$k.csv
     done
     ncu -i rep200.ncu-rep --page source --csv --print-source cuda,sass > mixed.csv
-    tools/ncu_source_stalls.py --mixed mixed.csv sass200.csv sass201.csv sass202.csv sass203.csv
+    dev/profiling/ncu_source_stalls.py --mixed mixed.csv sass200.csv sass201.csv sass202.csv sass203.csv
 
 Prints the lines with the most samples (their three main stall reasons and executed warp
 instructions), then the stall reasons over the whole kernel. Exit 2, with a message, for a file

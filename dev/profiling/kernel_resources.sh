@@ -2,13 +2,13 @@
 # Registers, stack and spills of the custom backend's fused kernels as ptxas compiles them for one
 # architecture, and (with a disassembler) the source lines of every spill store and load in each
 # kernel. The image chain's cluster kernel sits at its 128-register cap: a change can move ptxas's
-# spills onto the critical path (session 20: a spill store that waited for the input's global load
-# at the entry; docs/perf-fused-gpu.md). Run it before a device call; no GPU needed.
-#   usage: tools/kernel_resources.sh [ARCH] [FILE.cu ...]   (default: 90, the fused kernels)
+# spills onto the critical path (a spill store that waits for a global load at the entry;
+# docs/perf-fused-gpu.md). Run it before a GPU run; no GPU needed.
+#   usage: dev/profiling/kernel_resources.sh [ARCH] [FILE.cu ...]   (default: 90, the fused kernels)
 # NVDISASM names nvdisasm (the CUDA toolkit's, or the one in Triton's wheel); without one, the
 # spills' lines are left out. With cuobjdump (CUOBJDUMP, or beside NVDISASM), each kernel's code size.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 arch=${1:-90}; shift || true
 files=("$@"); ((${#files[@]})) || files=(engine/custom/fused/image_chain.cu engine/custom/fused/conv_chain.cu
                                          engine/custom/fused/dense_chain.cu)
@@ -30,8 +30,8 @@ for f in "${files[@]}"; do
        /Used [0-9]+ registers/ { r = $0; sub(/.*Used /, "", r); sub(/,.*/, "", r);
                                  if (n != "") printf "  %-16s %s  %s\n", r, s, n; n = "" }' "$tmp/ptxas.txt" |
     c++filt | sed -E 's/engine::custom::fused::\(anonymous namespace\):://g'
-  # Each kernel's code size: at batch 1 the image chain waits at jumps into code not yet fetched,
-  # and its cluster kernel went from 546 to 162 KiB by specialisation, 16.5 -> 14.8 us (session 21).
+  # Each kernel's code size: at batch 1 the image chain waits at jumps into code not yet fetched
+  # (the reason for the specialised cluster kernels, docs/perf-fused-gpu.md).
   if [[ -n $objdump && -x $objdump ]]; then
     "$objdump" -elf "$cubin" 2>/dev/null |
       awk '$0 ~ /PROGBITS/ && $NF ~ /^\.text\./ { n = $NF; sub(/^\.text\./, "", n); print $3, n }' |

@@ -2,14 +2,14 @@
 """A/B figure: images/s against batch for several `engine bench --json` files of the same backend,
 one line per file (e.g. a planner choice on and off), with the ratio of each to the first below.
 
-    tools/plot_ab.py --label off docs/bench/s6-h100/cudnn-s2d-off.json --label on docs/bench/s6-h100/cudnn-s2d-on.json \\
+    dev/profiling/plot_ab.py --label off docs/bench/s6-h100/cudnn-s2d-off.json --label on docs/bench/s6-h100/cudnn-s2d-on.json \\
         --backend cudnn --mode graph -o docs/figures/s6/cudnn-s2d-ab.png
 
-With --variants, each file is instead tools/fused_variants.sh's text output: one line per variant
+With --variants, each file is instead dev/profiling/fused_variants.sh's text output: one line per variant
 and batch, repeated rounds allowed (the median is plotted); the variants are the lines, in order of
 first appearance, the first one the ratios' base:
 
-    tools/plot_ab.py --variants docs/bench/s10-h100/final-ab.txt -o docs/figures/s10/cluster-capacity-ab.png
+    dev/profiling/plot_ab.py --variants docs/bench/s10-h100/final-ab.txt -o docs/figures/s10/cluster-capacity-ab.png
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def main(argv=None):
     ap.add_argument("files", nargs="+", help="engine bench --json outputs")
     ap.add_argument("--label", action="append", default=[], help="one per file, in order (JSON files)")
     ap.add_argument("--backend", help="the backend whose results to plot (JSON files)")
-    ap.add_argument("--variants", action="store_true", help="the files are tools/fused_variants.sh output")
+    ap.add_argument("--variants", action="store_true", help="the files are dev/profiling/fused_variants.sh output")
     ap.add_argument("--mode", default="graph")
     ap.add_argument("--scope", default="compute")
     ap.add_argument("--title", default="")
@@ -61,7 +61,7 @@ def main(argv=None):
         lines = variant_series(a.files)
         if not lines:
             ap.error(f"no fused_variants.sh lines in {', '.join(a.files)}")
-        title = a.title or "custom, CUDA graph, compute (tools/fused_variants.sh)"
+        title = a.title or "custom, CUDA graph, compute (dev/profiling/fused_variants.sh)"
     else:
         if len(a.label) != len(a.files) or not a.backend:
             ap.error("give --backend and one --label per file (or --variants)")

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""One forward pass out of an Nsight Compute CSV written by `tools/gpu_check.sh precision` with
+"""One forward pass out of an Nsight Compute CSV written by `.ci/gpu_check.sh precision` with
 PREC_NCU=1 (lines prefixed with the precision, `ncu --csv --page raw` with duration, DRAM and SM
 throughput and DRAM bytes): the last complete pass per precision, kernel by kernel, with its share.
 
-    tools/ncu_pass.py <(zcat docs/bench/s7-h100/precision-ncu.csv.gz)
+    dev/profiling/ncu_pass.py <(zcat docs/bench/s7-h100/precision-ncu.csv.gz)
 """
 import csv
 import io

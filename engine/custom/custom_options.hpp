@@ -1,0 +1,38 @@
+#pragma once
+// The custom backend's own compile choices, beyond CompileOptions: which of its kernels a compile
+// picks where more than one gives a valid plan. The defaults are the registry's ("custom"); tests
+// pass other values to make_custom_backend to drive the other kernels on the same models.
+#include <optional>
+
+namespace engine::custom {
+
+// The fused fp32 path's image chain (small batches: one image per block or per cluster of blocks).
+struct ImageChainOptions {
+  // The largest batch the image chain runs; nullopt: 12 images per SM (where it beats the tiled
+  // kernels, docs/perf-fused-gpu.md); 0: never (the tiled kernels at every batch).
+  std::optional<int> max_batch;
+  // The largest cluster of blocks per image (1: one block per image); the device may allow fewer.
+  int max_cluster = 8;
+  // The general cluster kernel even where one specialised for the chain qualifies (same bits).
+  bool general_cluster_kernel = false;
+  // Which conv layers take items of one output channel: those whose items then fit a block's
+  // threads, up to conv_split_items items (0: none), in clusters of conv_split_blocks blocks and
+  // more; nullopt: the planner's rule (fused_plan.cpp). Same bits either way.
+  std::optional<int> conv_split_items;
+  std::optional<int> conv_split_blocks;
+};
+
+// The tensor-core chain (fp16 / bf16 / int8 models of its family).
+struct TcChainOptions {
+  bool one_warp_per_tile = false;  // version 1 (one warp per tile) instead of version 2; not for int8
+  bool accurate_tanh = false;      // tanhf instead of tanh.approx
+  bool generic_kernel = false;     // activations and pools read from the parameters, whatever the model
+  bool fixed_tiles = false;        // tiles of 16 images at every batch instead of adaptive tiles
+};
+
+struct CustomOptions {
+  ImageChainOptions image;
+  TcChainOptions tc;
+};
+
+}  // namespace engine::custom
