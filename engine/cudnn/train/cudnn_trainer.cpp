@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "engine/cudnn/steps.hpp"
-#include "engine/custom/train/data_parallel.hpp"
-#include "engine/custom/train/pointwise_train.hpp"
+#include "engine/gpu/train/data_parallel.hpp"
+#include "engine/gpu/train/pointwise_train.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
 namespace engine::cudnn::train {
 namespace {
 
-namespace ct = engine::custom::train;
+namespace ct = engine::gpu::train;
 
 // cuBLAS's recommended workspace on Hopper; fixed, because cuBLAS may pick another kernel (other
 // bits) for another workspace size.
@@ -245,7 +245,7 @@ void CudnnTrainer::enqueue_backward(int n, bool dry_run) {
 }
 
 std::unique_ptr<TrainExecutable> make_cudnn_trainer(const Graph& graph, const TrainOptions& options) {
-  return custom::train::compile_on_devices(options,
+  return gpu::train::compile_on_devices(options,
                                            [&](const TrainOptions& o) { return std::make_unique<CudnnTrainer>(graph, o); });
 }
 

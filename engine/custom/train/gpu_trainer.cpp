@@ -4,7 +4,7 @@
 // kernels are in the .cu files beside it.
 #include "engine/custom/train/gpu_trainer.hpp"
 
-#include "engine/custom/train/data_parallel.hpp"
+#include "engine/gpu/train/data_parallel.hpp"
 
 #include <fmt/format.h>
 
@@ -12,11 +12,13 @@
 
 #include "engine/custom/train/conv_train.hpp"
 #include "engine/custom/train/dense_train.hpp"
-#include "engine/custom/train/pointwise_train.hpp"
+#include "engine/gpu/train/pointwise_train.hpp"
 #include "engine/custom/train/pool_train.hpp"
 #include "engine/gpu/device.hpp"
 
 namespace engine::custom::train {
+
+using namespace gpu::train;  // the GPU trainers' shared part
 namespace {
 
 Pointwise pointwise_of(OpType op) {

@@ -1,7 +1,7 @@
 // DeviceTrainer: the buffers, the step flow and CUDA-graph capture that GpuTrainer (custom) and
 // CudnnTrainer (cudnn) share. Moved here from gpu_trainer.cpp unchanged in what it enqueues and in
 // which order, so the custom trainer's results keep their bits.
-#include "engine/custom/train/device_trainer.hpp"
+#include "engine/gpu/train/device_trainer.hpp"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/preprocess.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 namespace {
 
 // Ends a capture that an exception interrupted, so the stream is usable again.
@@ -369,4 +369,4 @@ void DeviceTrainer::poison_buffers() {
   CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

@@ -19,11 +19,11 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/train.hpp"
-#include "engine/custom/train/loss_train.hpp"
-#include "engine/custom/train/optimizer_train.hpp"
+#include "engine/gpu/train/loss_train.hpp"
+#include "engine/gpu/train/optimizer_train.hpp"
 #include "engine/gpu/buffers.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 class DeviceTrainer : public TrainExecutable {
  public:
@@ -153,4 +153,4 @@ class DeviceTrainer : public TrainExecutable {
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs_;
 };
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train
