@@ -129,10 +129,12 @@ TEST_P(DeviceBinding, CallsRunOnTheBoundDeviceAndRestoreTheCallersDevice) {
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
   EXPECT_EQ(current, 0);
   // Time points made by it belong to its device too.
-  auto t0 = exe->make_time_point(), t1 = exe->make_time_point();
+  engine::StagedExecution* staged = exe->staged_execution();
+  ASSERT_NE(staged, nullptr);
+  auto t0 = staged->make_time_point(), t1 = staged->make_time_point();
   t0->record();
-  exe->stage_input(pixels.data(), 8);
-  exe->compute(8);
+  staged->stage_input(pixels.data(), 8);
+  staged->compute(8);
   t1->record();
   EXPECT_GE(t1->ms_since(*t0), 0.0);
   exe.reset();  // destroyed on its device, from device 0
