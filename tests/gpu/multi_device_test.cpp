@@ -72,12 +72,7 @@ TEST_P(MultiDeviceSplit, SameBitsAsOneExecutable) {
       float* g_out[] = {got.data()};
       single->run_batches(engine::BatchStream{pixels.data(), per_sample, count, batch, e_out, elements});
       multi.run_batches(engine::BatchStream{pixels.data(), per_sample, count, batch, g_out, elements});
-      size_t first_diff = got.size();
-      for (size_t i = 0; i < got.size(); ++i)
-        if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0) {
-          first_diff = i;
-          break;
-        }
+      const size_t first_diff = testing_support::first_bit_difference(got, expected);
       ASSERT_EQ(first_diff, got.size()) << "first different element " << first_diff << " (sample "
                                         << first_diff / size_t(classes) << ")";
     }
