@@ -203,31 +203,12 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
         if (dx) activation_backward(pointwise_of(st.op), act(x_id), act(st.output), dy, dx, count, acc, s);
         break;
       case OpType::Softmax: if (dx) softmax_backward(act(st.output), dy, dx, n, st.elements, acc, s); break;
-      case OpType::Add: {
-        // In input order; add(v, v) adds twice (the second time onto the first).
-        bool first = true;
-        for (int v : st.inputs) {
-          float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
-          const bool a = first ? acc : (d ? write(v) : false);
-          if (d) add_gradient(dy, d, count, a, s);
-          first = false;
-        }
+      case OpType::Add:  // in input order; add(v, v) adds twice (the second time onto the first)
+        add_backward(st.inputs, dy, count, acc, writes, s);
         break;
-      }
-      case OpType::Concat: {
-        const int64_t total = graph_.value(st.output).elements;
-        int64_t offset = 0;
-        bool first = true;
-        for (int v : st.inputs) {
-          const int64_t e = graph_.values[size_t(v)].elements;
-          float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
-          const bool a = first ? acc : (d ? write(v) : false);
-          if (d) concat_backward(dy, d, n, e, offset, total, a, s);
-          offset += e;
-          first = false;
-        }
+      case OpType::Concat:
+        concat_backward(st.output, st.inputs, dy, n, acc, writes, s);
         break;
-      }
       case OpType::Flatten: break;
     }
   }

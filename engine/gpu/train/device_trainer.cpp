@@ -11,6 +11,7 @@
 
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/preprocess.hpp"
+#include "engine/gpu/train/pointwise_train.hpp"
 
 namespace engine::gpu::train {
 namespace {
@@ -367,6 +368,32 @@ void DeviceTrainer::poison_buffers() {
   CUDA_CHECK(cudaMemsetAsync(losses_.data(), 0xff, losses_.bytes(), s));
   poison_more(s);
   CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void DeviceTrainer::add_backward(const std::vector<int>& inputs, const float* dy, long long count, bool acc,
+                                 GradientWrites& writes, cudaStream_t s) {
+  bool first = true;
+  for (int v : inputs) {
+    float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
+    const bool a = first ? acc : (d ? writes.write(v) : false);
+    if (d) add_gradient(dy, d, count, a, s);
+    first = false;
+  }
+}
+
+void DeviceTrainer::concat_backward(int output, const std::vector<int>& inputs, const float* dy, int n, bool acc,
+                                    GradientWrites& writes, cudaStream_t s) {
+  const int64_t total = graph_.value(output).elements;
+  int64_t offset = 0;
+  bool first = true;
+  for (int v : inputs) {
+    const int64_t e = graph_.values[size_t(v)].elements;
+    float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
+    const bool a = first ? acc : (d ? writes.write(v) : false);
+    if (d) train::concat_backward(dy, d, n, e, offset, total, a, s);
+    offset += e;
+    first = false;
+  }
 }
 
 }  // namespace engine::gpu::train
