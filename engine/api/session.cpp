@@ -5,83 +5,163 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/core/multi_device.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/model_loader.hpp"
 
 namespace engine::api {
+namespace {
+
+// One executable, or one per GPU driven as one.
+std::unique_ptr<Executable> compile_on(Backend& backend, const Graph& graph, CompileOptions copts,
+                                       const std::vector<int>& devices) {
+  if (devices.size() <= 1) {
+    if (!devices.empty()) copts.device = devices[0];
+    return backend.compile(graph, copts);
+  }
+  std::vector<std::unique_ptr<Executable>> parts;
+  std::vector<std::string> labels;
+  for (int d : devices) {
+    copts.device = d;
+    parts.push_back(backend.compile(graph, copts));  // each uploads its own copy of the weights
+    labels.push_back(fmt::format("GPU {}", d));
+  }
+  return std::make_unique<MultiDeviceExecutable>(std::move(parts), std::move(labels));
+}
+
+// Batches per run_batches call on each GPU: enough for the next upload to overlap this compute.
+constexpr int64_t kBatchesPerGroup = 8;
+
+}  // namespace
+
+std::unique_ptr<Backend> open_backend(const std::string& name) {
+  auto& registry = BackendRegistry::instance();
+  return registry.create(name.empty() ? registry.best_available().name : name);
+}
+
+std::shared_ptr<const formats::Model> load_runnable_model(const std::string& path) {
+  auto model = std::make_shared<const formats::Model>(formats::load_model(path));
+  formats::require_weights(*model);
+  return model;
+}
 
 Session::Session(const std::string& model_path, const SessionOptions& options) : options_(options) {
-  // As engine run: the backend first (a wrong name fails before the model is read), then the model.
-  auto& registry = BackendRegistry::instance();
-  backend_ = registry.create(options.backend.empty() ? registry.best_available().name : options.backend);
-  model_ = std::make_shared<const formats::Model>(formats::load_model(model_path));
-  formats::require_weights(*model_);  // an architecture-only graph has nothing to run
-  graph_ = plan_graph(model_);
+  backend_ = open_backend(options.backend);  // before the model: a wrong name fails first
+  model_ = load_runnable_model(model_path);
+  compile();
+}
 
+Session::Session(std::unique_ptr<Backend> backend, std::shared_ptr<const formats::Model> model,
+                 const SessionOptions& options)
+    : options_(options), backend_(std::move(backend)), model_(std::move(model)) {
+  compile();
+}
+
+void Session::compile() {
+  graph_ = plan_graph(model_);
   CompileOptions copts;
-  copts.max_batch = options.max_batch.value_or(backend_->preferred_batch());
+  copts.max_batch = options_.max_batch.value_or(backend_->preferred_batch());
   if (copts.max_batch < 1 || copts.max_batch > (1 << 20))
     throw std::invalid_argument(fmt::format("max_batch must be within 1..{}, not {}", 1 << 20, copts.max_batch));
-  copts.deterministic = options.deterministic;
-  copts.precision = options.precision;
-  copts.fuse = options.fuse;
-  copts.threads = options.threads;
-  exe_ = backend_->compile(graph_, copts);
+  copts.deterministic = options_.deterministic;
+  copts.precision = options_.precision;
+  copts.fuse = options_.fuse;
+  copts.threads = options_.threads;
+  exe_ = compile_on(*backend_, graph_, copts, options_.devices);
 
   const auto& in = model_->input;
   sample_bytes_ = size_t(formats::element_count(in.raw_shape)) *
                   (in.dtype == formats::InputDType::UInt8 ? sizeof(uint8_t) : sizeof(float));
-  for (size_t i = 1; i < graph_.outputs.size(); ++i)
-    other_outputs_.emplace_back(size_t(graph_.output_elements(i)) * size_t(exe_->max_batch()));
+  other_outputs_.resize(graph_.outputs.size() > 0 ? graph_.outputs.size() - 1 : 0);
 }
 
-void Session::run(const void* input, int64_t count, float* first_output) {
-  run_batches(input, count, first_output, false);
+RunStats Session::run(const void* input, int64_t count, float* first_output, const RunHooks& hooks) {
+  return run_loop(input, count, first_output, false, hooks);
 }
 
-void Session::run_device(const void* device_input, int64_t count, float* first_output) {
+RunStats Session::run_device(const void* device_input, int64_t count, float* first_output, const RunHooks& hooks) {
   if (!exe_->accepts_device_input())
     throw std::invalid_argument(fmt::format("backend {} runs on host memory and cannot read a GPU array; copy it to "
                                             "the host first, or load the model on a GPU backend",
                                             backend_->name()));
-  run_batches(device_input, count, first_output, true);
+  return run_loop(device_input, count, first_output, true, hooks);
 }
 
-void Session::run_batches(const void* input, int64_t count, float* first_output, bool on_device) {
+RunStats Session::run_loop(const void* input, int64_t count, float* first_output, bool on_device,
+                           const RunHooks& hooks) {
   if (count < 0) throw std::invalid_argument("a negative number of images");
-  if (count == 0) return;
+  RunStats stats;
+  if (count == 0) return stats;
   std::lock_guard lock(mutex_);
   const int64_t B = exe_->max_batch();
   const int64_t K = classes();
+  const size_t devices = std::max<size_t>(1, options_.devices.size());
+  const int64_t batches = (count + B - 1) / B;
+
+  // Several batches on a GPU go through run_batches, a group of up to kBatchesPerGroup per GPU: the
+  // next batch's upload overlaps this one's compute, and on several GPUs the group is split across
+  // them. One GPU with a model of several outputs keeps the plain loop; several GPUs need
+  // run_batches, so the other outputs' buffers (not returned) hold a whole group. Input already in
+  // GPU memory has no upload to overlap.
+  RunPlan plan;
+  plan.overlapped = !on_device && exe_->overlaps_batches() && batches > 1 &&
+                    (graph_.outputs.size() == 1 || options_.devices.size() > 1);
+  plan.step = plan.overlapped ? B * kBatchesPerGroup * int64_t(devices) : B;
+  // A CUDA graph replaces one launch per kernel by one; its capture costs a plain forward pass plus
+  // the capture, so it pays only where the same batch size repeats (four full batches or more).
+  // Replay never changes a result. A backend that cannot replay runs plain launches.
+  plan.graph_replay = options_.cuda_graph && count / B >= 4 && !exe_->use_graph_replay(true).has_value();
+  if (!plan.graph_replay) exe_->use_graph_replay(false);
+  if (hooks.on_plan) hooks.on_plan(plan);
+
+  const size_t step_rows = size_t(std::min(plan.step, count));
   std::vector<float*> pointers(graph_.outputs.size());
-  for (size_t i = 1; i < graph_.outputs.size(); ++i) pointers[i] = other_outputs_[i - 1].data();
-  // engine run's rule: a CUDA graph pays for its capture only when the same batch size repeats
-  // (four full batches or more). Graph replay never changes a result, only the launch overhead.
-  bool replay = options_.cuda_graph && count / B >= 4 && !exe_->use_graph_replay(true).has_value();
-  if (!replay) exe_->use_graph_replay(false);
+  std::vector<int64_t> elements(graph_.outputs.size());
+  for (size_t i = 0; i < elements.size(); ++i) elements[i] = graph_.output_elements(i);
+  for (size_t i = 1; i < graph_.outputs.size(); ++i) {
+    auto& other = other_outputs_[i - 1];
+    if (other.size() < size_t(elements[i]) * step_rows) other.resize(size_t(elements[i]) * step_rows);
+    pointers[i] = other.data();
+  }
+
+  RunTimings device{};
+  bool timed = false;
   const auto* bytes = static_cast<const uint8_t*>(input);
-  for (int64_t start = 0; start < count; start += B) {
-    const int n = int(std::min(B, count - start));
+  for (int64_t start = 0; start < count; start += plan.step) {
+    const int64_t n = std::min(plan.step, count - start);
     pointers[0] = first_output + start * K;
     const uint8_t* batch = bytes + size_t(start) * sample_bytes_;
     auto run_once = [&] {
-      if (on_device)
-        exe_->run_device_input(batch, n, pointers);
+      if (plan.overlapped)
+        exe_->run_batches(BatchStream{batch, sample_bytes_, n, int(B), pointers, elements});
+      else if (on_device)
+        exe_->run_device_input(batch, int(n), pointers);
       else
-        exe_->run(batch, n, pointers);
+        exe_->run(batch, int(n), pointers);
     };
-    if (replay) {
+    if (plan.graph_replay) {
       try {
         run_once();
-        continue;
-      } catch (const std::exception&) {
-        // As engine run: a capture that fails falls back to plain launches for good.
+      } catch (const std::exception& e) {
+        // A capture that fails falls back to plain launches for good.
+        if (hooks.on_replay_failure) hooks.on_replay_failure(e);
         exe_->use_graph_replay(false);
-        replay = false;
+        plan.graph_replay = false;
+        run_once();
       }
+    } else {
+      run_once();
     }
-    run_once();
+    if (const auto t = exe_->last_timings()) {
+      device.upload_ms += t->upload_ms;
+      device.compute_ms += t->compute_ms;
+      device.download_ms += t->download_ms;
+      timed = true;
+    }
+    if (hooks.on_outputs) hooks.on_outputs(start, n);
   }
+  if (timed) stats.device_ms = device;
+  return stats;
 }
 
 }  // namespace engine::api

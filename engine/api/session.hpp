@@ -1,9 +1,10 @@
 #pragma once
 // A model ready to classify: the backend, the loaded and planned model and its compiled executable,
-// made and run exactly as `engine run` makes and runs them (same registry, loader, planner, compile
-// options and batch loop), so that every caller gets `engine run`'s outputs bit for bit. The Python
-// package (cnnengine.load) is one such caller.
+// and the one batch loop that runs it. `engine run`, the Python package (cnnengine.load) and the
+// server all classify through a Session, so each gets the same outputs bit for bit.
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,7 +24,37 @@ struct SessionOptions {
   bool deterministic = true;
   bool fuse = true;
   int threads = 0;         // CPU backends; 0 = all cores
-  bool cuda_graph = true;  // GPU backends: replay repeated full batches as CUDA graphs (as `engine run`)
+  bool cuda_graph = true;  // GPU backends: replay repeated full batches as CUDA graphs
+  // GPU backends: indices of Backend::devices() to run on. Empty: the current GPU. Several: one
+  // executable per GPU driven as one (engine/core/multi_device.hpp), each with its own weights.
+  std::vector<int> devices;
+};
+
+// The backend named (or the best available one for ""); throws std::runtime_error for an unknown
+// or unavailable one. Comes first so that a wrong name fails before seconds of loading.
+std::unique_ptr<Backend> open_backend(const std::string& name);
+// The model at `path`, which must carry weights (an architecture-only graph has nothing to run).
+std::shared_ptr<const formats::Model> load_runnable_model(const std::string& path);
+
+// How run() goes through a call's samples, decided once per call.
+struct RunPlan {
+  int64_t step = 0;           // samples per loop step (and per on_outputs call)
+  bool overlapped = false;    // steps go through Executable::run_batches (uploads overlap compute)
+  bool graph_replay = false;  // forward passes replayed as CUDA graphs
+};
+
+// Optional observers of one run() call. They run on the calling thread, inside the run.
+struct RunHooks {
+  std::function<void(const RunPlan&)> on_plan;  // once, before the first sample runs
+  // After each step: the outputs of samples [start, start + n) are written.
+  std::function<void(int64_t start, int64_t n)> on_outputs;
+  // A CUDA graph capture failed; the call goes on (and later calls stay) with plain launches.
+  std::function<void(const std::exception&)> on_replay_failure;
+};
+
+// What a run() call measured, beside its outputs.
+struct RunStats {
+  std::optional<RunTimings> device_ms;  // summed over the steps, where the backend times them
 };
 
 class Session {
@@ -31,6 +62,10 @@ class Session {
   // Throws (std::runtime_error, formats::FormatError, std::invalid_argument) with the engine's
   // message: unknown or unavailable backend, missing or invalid model files.
   Session(const std::string& model_path, const SessionOptions& options);
+  // From a backend and a model the caller already has (open_backend, load_runnable_model):
+  // plans and compiles. options.backend is not read.
+  Session(std::unique_ptr<Backend> backend, std::shared_ptr<const formats::Model> model,
+          const SessionOptions& options);
 
   const formats::Model& model() const { return *model_; }
   const Graph& graph() const { return graph_; }
@@ -45,14 +80,20 @@ class Session {
   // Whether run_device() can take input in GPU memory (the GPU backends).
   bool accepts_device_input() const { return exe_->accepts_device_input(); }
 
+  // The caller promises that [data, data + bytes) stays valid and unchanged for the session's life
+  // and passes pointers into it to run(): a GPU backend page-locks it once so uploads go straight
+  // from it. Best effort: false where the backend cannot, and run() works as before.
+  bool pin_input(const void* data, size_t bytes) { return exe_->pin_host_input(data, bytes); }
+
   // `count` raw samples at `input` (host memory) -> `first_output` [count, classes()] floats, in
   // batches of max_batch(). Thread-safe: calls are serialised (an executable runs one batch at a time).
-  void run(const void* input, int64_t count, float* first_output);
+  RunStats run(const void* input, int64_t count, float* first_output, const RunHooks& hooks = {});
   // The same with `device_input` in the memory of the GPU the backend runs on (no host copy).
-  void run_device(const void* device_input, int64_t count, float* first_output);
+  RunStats run_device(const void* device_input, int64_t count, float* first_output, const RunHooks& hooks = {});
 
  private:
-  void run_batches(const void* input, int64_t count, float* first_output, bool on_device);
+  void compile();
+  RunStats run_loop(const void* input, int64_t count, float* first_output, bool on_device, const RunHooks& hooks);
 
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;

@@ -36,6 +36,13 @@
 namespace engine::bench {
 namespace {
 
+// The staged execution every backend engine bench times offers (engine/core/staged_execution.hpp).
+StagedExecution& staged(Executable& exe) {
+  StagedExecution* st = exe.staged_execution();
+  if (!st) throw std::logic_error("the backend does not implement staged execution");
+  return *st;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
@@ -98,7 +105,7 @@ class InputData {
     const bool u8 = spec.dtype == formats::InputDType::UInt8;
     const size_t elements = size_t(formats::element_count(spec.raw_shape)) * size_t(n);
     bytes_ = elements * (u8 ? 1 : 4);
-    data_ = exe.input_staging();
+    data_ = staged(exe).input_staging();
     if (!data_) {
       own_.resize(bytes_);
       data_ = own_.data();
@@ -282,6 +289,7 @@ void ModelBench::prepare_stream(Executable& exe, int n, const void* input) {
 }
 
 void ModelBench::one_iteration(Executable& exe, Scope scope, int n, const void* input, Samples& s) {
+  StagedExecution& st = staged(exe);
   const auto h0 = Clock::now();
   if (pipelined_) {
     // Host time around the whole stream (run_batches returns with the outputs in host memory), per batch.
@@ -297,7 +305,7 @@ void ModelBench::one_iteration(Executable& exe, Scope scope, int n, const void* 
   }
   if (scope == Scope::Compute) {
     tp_[0]->record();
-    exe.compute(n);
+    st.compute(n);
     tp_[1]->record();
     const auto h1 = Clock::now();
     s.latency.push_back(tp_[1]->ms_since(*tp_[0]));
@@ -305,14 +313,14 @@ void ModelBench::one_iteration(Executable& exe, Scope scope, int n, const void* 
     return;
   }
   tp_[0]->record();
-  exe.stage_input(input, n);
+  st.stage_input(input, n);
   tp_[1]->record();
-  exe.compute(n);
+  st.compute(n);
   tp_[2]->record();
-  exe.fetch_outputs(n);
+  st.fetch_outputs(n);
   tp_[3]->record();
   const auto h1 = Clock::now();
-  exe.synchronize();
+  st.synchronize();
   const double up = tp_[1]->ms_since(*tp_[0]), comp = tp_[2]->ms_since(*tp_[1]), down = tp_[3]->ms_since(*tp_[2]);
   s.h2d.push_back(up);
   s.compute.push_back(comp);
@@ -322,12 +330,13 @@ void ModelBench::one_iteration(Executable& exe, Scope scope, int n, const void* 
 }
 
 bool ModelBench::outputs_finite(Executable& exe, int n, const void* input) {
-  exe.stage_input(input, n);
-  exe.compute(n);
-  exe.fetch_outputs(n);
-  exe.synchronize();
+  StagedExecution& st = staged(exe);
+  st.stage_input(input, n);
+  st.compute(n);
+  st.fetch_outputs(n);
+  st.synchronize();
   for (size_t i = 0; i < graph_->outputs.size(); ++i) {
-    const float* out = exe.staged_output(i);
+    const float* out = st.staged_output(i);
     const size_t count = size_t(graph_->output_elements(i)) * size_t(n);
     for (size_t k = 0; k < count; ++k)
       if (!std::isfinite(out[k])) return false;
@@ -337,17 +346,18 @@ bool ModelBench::outputs_finite(Executable& exe, int n, const void* input) {
 
 void ModelBench::bench_case(Executable& exe, const std::string& backend, int n, const std::string& mode, Scope scope,
                             const InputData& input) {
+  StagedExecution& st = staged(exe);
   CaseResult r;
   r.backend = backend;
   r.batch = n;
   r.scope = scope;
   r.mode = mode;
-  r.on_device = exe.input_staging() != nullptr;  // inputs cross a host-device link: a device backend
+  r.on_device = st.input_staging() != nullptr;  // inputs cross a host-device link: a device backend
   const void* in = input.data();
 
   if (scope == Scope::Compute) {
-    exe.stage_input(in, n);
-    exe.synchronize();
+    st.stage_input(in, n);
+    st.synchronize();
   }
   pipelined_ = mode == "pipelined";
   // Warm-up: at least two iterations (the first may capture a graph or load kernels lazily).
@@ -467,11 +477,11 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
       if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
       spdlog::info("{}: batch {}: {}", name, n, path);
     }
-    if (!exe->staged()) {
+    if (!exe->staged_execution()) {
       skipped_.push_back(Skip{name, n, "the backend does not implement staged execution"});
       continue;
     }
-    for (auto& tp : tp_) tp = exe->make_time_point();
+    for (auto& tp : tp_) tp = exe->staged_execution()->make_time_point();
     const InputData input(*exe, graph_->model->input, n);
     const bool finite = outputs_finite(*exe, n, input.data());
     if (!finite) {
@@ -503,7 +513,7 @@ void ModelBench::bench_backend(const std::string& name, Backend& backend) {
         results_.resize(before);
         try {
           exe->use_graph_replay(false);
-          exe->synchronize();
+          exe->staged_execution()->synchronize();
         } catch (const std::exception&) {
           // A sticky device error: the next batch's compile reports it again.
         }
@@ -575,29 +585,30 @@ void ModelBench::profile(Backend& backend, const std::string& name, int n) {
   // Fastest run of one part of the pipeline alone, over at least 5 runs and about `budget_ms`: the
   // minimum, least disturbed by other work on the machine, suits differences between cuts.
   auto time_part = [&](Executable& exe, const InputData& input, Part part) {
-    for (auto& tp : tp_) tp = exe.make_time_point();
-    exe.stage_input(input.data(), n);
-    exe.compute(n);
-    exe.synchronize();
+    StagedExecution& st = staged(exe);
+    for (auto& tp : tp_) tp = st.make_time_point();
+    st.stage_input(input.data(), n);
+    st.compute(n);
+    st.synchronize();
     std::vector<double> samples;
     const auto t0 = Clock::now();
     while (samples.size() < 5 || (ms_between(t0, Clock::now()) < budget_ms && samples.size() < 100000)) {
       tp_[0]->record();
       switch (part) {
         case Part::Upload:
-          exe.stage_input(input.data(), n);
+          st.stage_input(input.data(), n);
           break;
         case Part::Compute:
-          exe.compute(n);
+          st.compute(n);
           break;
         case Part::Download:
-          exe.fetch_outputs(n);
+          st.fetch_outputs(n);
           break;
       }
       tp_[1]->record();
       samples.push_back(tp_[1]->ms_since(*tp_[0]));
     }
-    exe.synchronize();
+    st.synchronize();
     return *std::min_element(samples.begin(), samples.end());
   };
 
@@ -632,7 +643,7 @@ void ModelBench::profile(Backend& backend, const std::string& name, int n) {
   }
   auto full = backend.compile(*graph_, copts);
   const InputData input(*full, model.input, n);
-  const bool on_device = full->input_staging() != nullptr;
+  const bool on_device = staged(*full).input_staging() != nullptr;
   const double upload = on_device ? time_part(*full, input, Part::Upload) : 0;
   const double download = on_device ? time_part(*full, input, Part::Download) : 0;
   const double whole = time_part(*full, input, Part::Compute);

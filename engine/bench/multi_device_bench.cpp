@@ -61,8 +61,9 @@ class Setup {
     }
     multi_ = std::make_unique<MultiDeviceExecutable>(std::move(parts), std::move(labels));
     for (int d = 0; d < N; ++d) {
-      Executable& p = multi_->part(d);
-      if (!p.staged()) throw std::runtime_error("the backend does not implement staged execution");
+      StagedExecution* staged = multi_->part(d).staged_execution();
+      if (!staged) throw std::runtime_error("the backend does not implement staged execution");
+      StagedExecution& p = *staged;
       // Each device's share of the first batch, from its pinned staging when it has one.
       void* staging = p.input_staging();
       const uint8_t* src = stream_input_.data() + sample_bytes_ * size_t(batch) * d / size_t(N);
@@ -80,7 +81,7 @@ class Setup {
   double staged_iteration(bool transfers, std::vector<double>& device_ms) {
     const auto h0 = Clock::now();
     for (int d = 0; d < parts(); ++d) {
-      Executable& p = multi_->part(d);
+      StagedExecution& p = *multi_->part(d).staged_execution();
       const int n = int(shares_[size_t(d)]);
       start_[size_t(d)]->record();
       if (transfers) p.stage_input(inputs_[size_t(d)], n);
@@ -88,14 +89,14 @@ class Setup {
       if (transfers) p.fetch_outputs(n);
       end_[size_t(d)]->record();
     }
-    for (int d = 0; d < parts(); ++d) multi_->part(d).synchronize();
+    for (int d = 0; d < parts(); ++d) multi_->part(d).staged_execution()->synchronize();
     const double host = ms_since(h0);
     for (int d = 0; d < parts(); ++d) device_ms[size_t(d)] = end_[size_t(d)]->ms_since(*start_[size_t(d)]);
     return host;
   }
 
   void prepare_compute() {
-    for (int d = 0; d < parts(); ++d) multi_->part(d).stage_input(inputs_[size_t(d)], int(shares_[size_t(d)]));
+    for (int d = 0; d < parts(); ++d) multi_->part(d).staged_execution()->stage_input(inputs_[size_t(d)], int(shares_[size_t(d)]));
     multi_->synchronize();
   }
 

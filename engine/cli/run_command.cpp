@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "engine/api/session.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/labels.hpp"
 #include "engine/cli/output_files.hpp"
@@ -15,11 +16,9 @@
 #include "engine/cli/run_report.hpp"
 #include "engine/core/graph.hpp"
 #include "engine/core/multi_device.hpp"
-#include "engine/core/registry.hpp"
 #include "formats/error.hpp"
 #include "formats/idx.hpp"
 #include "formats/image.hpp"
-#include "formats/model_loader.hpp"
 
 namespace engine::cli {
 namespace {
@@ -30,26 +29,8 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// One executable, or one per GPU driven as one (engine/core/multi_device.hpp).
-std::unique_ptr<Executable> compile_on(Backend& backend, const Graph& graph, CompileOptions copts,
-                                       const std::vector<int>& devices) {
-  if (devices.size() <= 1) {
-    if (!devices.empty()) copts.device = devices[0];
-    return backend.compile(graph, copts);
-  }
-  std::vector<std::unique_ptr<Executable>> parts;
-  std::vector<std::string> labels;
-  for (int d : devices) {
-    copts.device = d;
-    parts.push_back(backend.compile(graph, copts));  // each uploads its own copy of the weights
-    labels.push_back(fmt::format("GPU {}", d));
-  }
-  return std::make_unique<MultiDeviceExecutable>(std::move(parts), std::move(labels));
-}
-
 std::unique_ptr<Backend> pick_backend(const std::string& name) {
-  auto& registry = BackendRegistry::instance();
-  auto backend = registry.create(name.empty() ? registry.best_available().name : name);
+  auto backend = api::open_backend(name);
   spdlog::info("using backend {}: {}", backend->name(), backend->description());
   return backend;
 }
@@ -121,8 +102,7 @@ int run_command(const RunOptions& o) {
   const std::vector<int> devices = pick_devices(*backend, o.devices);
 
   const auto load_start = Clock::now();
-  auto model = std::make_shared<const formats::Model>(formats::load_model(o.model));
-  formats::require_weights(*model);  // an architecture-only graph has nothing to run
+  auto model = api::load_runnable_model(o.model);
   InputData data;
   data.is_float = model->input.dtype == formats::InputDType::Float32;
   if (data.is_float) {
@@ -140,48 +120,51 @@ int run_command(const RunOptions& o) {
                load_seconds);
 
   const auto plan_start = Clock::now();
-  const Graph graph = plan_graph(model);
-  CompileOptions copts;
-  copts.max_batch = int(std::min<int64_t>(o.batch.value_or(backend->preferred_batch()), count));
+  api::SessionOptions so;
+  int batch = int(std::min<int64_t>(o.batch.value_or(backend->preferred_batch()), count));
   if (devices.size() > 1 && !o.batch) {
     // Whole batches are split across the GPUs: with the default batch every GPU gets at least one.
     const int64_t per_device = (count + int64_t(devices.size()) - 1) / int64_t(devices.size());
-    copts.max_batch = int(std::min<int64_t>(copts.max_batch, per_device));
+    batch = int(std::min<int64_t>(batch, per_device));
   }
-  copts.deterministic = !o.nondeterministic;
-  copts.precision = parse_precision(o.precision).value_or(Precision::FP32);
-  copts.fuse = !o.no_fuse;
-  copts.threads = o.threads;
-  auto exe = compile_on(*backend, graph, copts, devices);
+  so.max_batch = batch;
+  so.deterministic = !o.nondeterministic;
+  so.precision = parse_precision(o.precision).value_or(Precision::FP32);
+  so.fuse = !o.no_fuse;
+  so.threads = o.threads;
+  so.cuda_graph = !o.no_cuda_graph;
+  so.devices = devices;
+  api::Session session(std::move(backend), model, so);
+  const Backend& used = session.backend();
   const double plan_seconds = seconds_since(plan_start);
-  spdlog::info("planned for batch {} in {:.3f} s{}", copts.max_batch, plan_seconds,
+  spdlog::info("planned for batch {} in {:.3f} s{}", batch, plan_seconds,
                devices.size() > 1 ? fmt::format(" on each of {} GPUs", devices.size()) : std::string());
-  if (devices.size() > 1 && (count + copts.max_batch - 1) / copts.max_batch < int64_t(devices.size()))
+  if (devices.size() > 1 && (count + batch - 1) / batch < int64_t(devices.size()))
     spdlog::warn("{} batch(es) of {} for {} GPUs: some GPUs get no work (a smaller --batch spreads the images)",
-                 (count + copts.max_batch - 1) / copts.max_batch, copts.max_batch, devices.size());
-  if (const std::string path = exe->execution_path(); !path.empty()) spdlog::info("{}: {}", backend->name(), path);
-  if (const std::string summary = exe->plan_summary(); !summary.empty()) spdlog::debug("plan: {}", summary);
+                 (count + batch - 1) / batch, batch, devices.size());
+  if (const std::string path = session.execution_path(); !path.empty()) spdlog::info("{}: {}", used.name(), path);
+  if (const std::string summary = session.plan_summary(); !summary.empty()) spdlog::debug("plan: {}", summary);
 
   RunResult r;
-  r.backend = backend->name();
-  r.device = backend->description();
+  r.backend = used.name();
+  r.device = used.description();
   if (!devices.empty()) {
-    const auto names = backend->devices();
+    const auto names = used.devices();
     std::string on;
     for (int d : devices) on += fmt::format("{}GPU {} = {}", on.empty() ? "" : ", ", d, names[size_t(d)]);
     r.device += " [--devices: " + on + "]";
     r.devices = devices;
   }
-  r.path = exe->execution_path();
+  r.path = session.execution_path();
   r.model_name = model->name;
   r.model_path = o.model;
   r.data_path = data.source();
   r.class_names = model->labels;
   r.images = count;
-  r.classes = graph.output_elements(0);
-  r.batch = copts.max_batch;
+  r.classes = session.classes();
+  r.batch = batch;
   r.precision = o.precision;
-  r.deterministic = copts.deterministic;
+  r.deterministic = so.deterministic;
   r.load_seconds = load_seconds;
   r.plan_seconds = plan_seconds;
   if (labels) {
@@ -195,80 +178,33 @@ int run_command(const RunOptions& o) {
 
   // Every buffer is sized before the clock starts: the loop measures classification only.
   const int64_t K = r.classes;
-  const size_t sample_bytes = data.sample_bytes();
   r.first_output.assign(size_t(count * K), 0.0f);
   r.predicted.assign(size_t(count), 0);
-  const int64_t batches = (count + copts.max_batch - 1) / copts.max_batch;
-  // Several batches on a GPU go through run_batches, a group of up to 8 at a time per GPU (the
-  // progress bar moves per group): the next batch's upload overlaps this one's compute, and with
-  // --devices the group's batches are split across the GPUs. One GPU with a model of several
-  // outputs keeps the plain loop (as before --devices); several GPUs need run_batches, so the other
-  // outputs' buffers (not reported) hold a whole group.
-  const bool multi = devices.size() > 1;
-  const bool overlap = exe->overlaps_batches() && batches > 1 && (graph.outputs.size() == 1 || multi);
-  if (overlap) spdlog::debug("batches overlapped: uploads on a second stream, two input slots");
-  const int64_t step = overlap ? int64_t(copts.max_batch) * 8 * int64_t(std::max<size_t>(1, devices.size()))
-                               : copts.max_batch;
-  std::vector<std::vector<float>> other_outputs;
-  for (size_t i = 1; i < graph.outputs.size(); ++i)
-    other_outputs.emplace_back(size_t(graph.output_elements(i)) * size_t(std::min<int64_t>(step, count)));
-  std::vector<float*> pointers(graph.outputs.size());
-  for (size_t i = 1; i < graph.outputs.size(); ++i) pointers[i] = other_outputs[i - 1].data();
-  std::vector<int64_t> elements(graph.outputs.size());
-  for (size_t i = 0; i < elements.size(); ++i) elements[i] = graph.output_elements(i);
-  ProgressBar progress(count, batches > 1);
-  RunTimings device{};
-  bool have_device_timings = false;
-
-  // GPU backends replay each batch size's forward pass as a CUDA graph (one launch instead of one
-  // per kernel); a backend that cannot, or a capture that fails, runs plain launches.
-  // Where it pays: a capture costs a plain forward plus the capture itself, so only when the same
-  // batch size repeats (four full batches or more).
-  bool graph_replay = !o.no_cuda_graph && count / copts.max_batch >= 4 && !exe->use_graph_replay(true).has_value();
-  if (graph_replay) spdlog::debug("forward passes replayed as CUDA graphs");
+  ProgressBar progress(count, (count + batch - 1) / batch > 1);
   // The images go to the device straight from where they were read (page-locked once, here).
-  if (exe->pin_host_input(data.bytes(), size_t(count) * sample_bytes))
+  if (session.pin_input(data.bytes(), size_t(count) * data.sample_bytes()))
     spdlog::debug("input images page-locked for direct uploads");
 
-  const auto run_start = Clock::now();
-  for (int64_t start = 0; start < count; start += step) {
-    const int64_t n = std::min<int64_t>(step, count - start);
-    float* first = r.first_output.data() + start * K;
-    pointers[0] = first;
-    const uint8_t* batch_pixels = data.bytes() + size_t(start) * sample_bytes;
-    auto run_once = [&] {
-      if (overlap)
-        exe->run_batches(BatchStream{batch_pixels, sample_bytes, n, copts.max_batch, pointers, elements});
-      else
-        exe->run(batch_pixels, int(n), pointers);
-    };
-    if (graph_replay) {
-      try {
-        run_once();
-      } catch (const std::exception& e) {
-        spdlog::warn("CUDA graph replay failed ({}); running plain launches", e.what());
-        exe->use_graph_replay(false);
-        graph_replay = false;
-        run_once();
-      }
-    } else {
-      run_once();
-    }
-    for (int64_t s = 0; s < n; ++s) {
-      const float* row = first + s * K;
-      r.predicted[size_t(start + s)] = int(std::max_element(row, row + K) - row);
-    }
-    if (const auto t = exe->last_timings()) {
-      device.upload_ms += t->upload_ms;
-      device.compute_ms += t->compute_ms;
-      device.download_ms += t->download_ms;
-      have_device_timings = true;
+  api::RunHooks hooks;
+  hooks.on_plan = [](const api::RunPlan& plan) {
+    if (plan.overlapped) spdlog::debug("batches overlapped: uploads on a second stream, two input slots");
+    if (plan.graph_replay) spdlog::debug("forward passes replayed as CUDA graphs");
+  };
+  hooks.on_outputs = [&](int64_t start, int64_t n) {
+    for (int64_t s = start; s < start + n; ++s) {
+      const float* row = r.first_output.data() + s * K;
+      r.predicted[size_t(s)] = int(std::max_element(row, row + K) - row);
     }
     progress.update(start + n);
-  }
+  };
+  hooks.on_replay_failure = [](const std::exception& e) {
+    spdlog::warn("CUDA graph replay failed ({}); running plain launches", e.what());
+  };
+  const auto run_start = Clock::now();
+  const api::RunStats stats = session.run(data.bytes(), count, r.first_output.data(), hooks);
   r.seconds = seconds_since(run_start);
   progress.finish();
-  if (have_device_timings) r.device_ms = device;
+  r.device_ms = stats.device_ms;
 
   if (!r.labels.empty()) {
     r.confusion.assign(size_t(K * K), 0);

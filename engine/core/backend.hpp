@@ -3,7 +3,6 @@
 // a whole planned Graph for a batch capacity into an Executable. Compile does all the expensive,
 // allocating work once (weights to the device, arena, algorithm choice, workspace, pinned staging);
 // Executable::run does none of it.
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -13,12 +12,13 @@
 #include <vector>
 
 #include "engine/core/graph.hpp"
+#include "engine/core/staged_execution.hpp"
 #include "engine/core/train.hpp"
 
 namespace engine {
 
 // fp32: exact float arithmetic. tf32: GPU tensor cores with 10-bit mantissas (cudnn). fp16, bf16,
-// int8: reduced precisions (issue 15); the reference backend emulates them (weights and activations
+// int8: reduced precisions; the reference backend emulates them (weights and activations
 // rounded or quantized as a device would store them, sums in double) so that each has an accuracy
 // measured before any device kernel exists; int8 needs the model's calibration (engine calibrate).
 enum class Precision { FP32, TF32, FP16, BF16, INT8 };
@@ -44,29 +44,6 @@ struct CompileOptions {
 // Per-run timing a backend may report (GPU backends fill it from CUDA events).
 struct RunTimings {
   double upload_ms = 0, compute_ms = 0, download_ms = 0;
-};
-
-// A point on an executable's timeline, for benchmarks (engine bench). record() marks the moment
-// the work enqueued so far is done: a CUDA event on a GPU executable's stream, a steady-clock
-// reading where calls are synchronous (the CPU).
-class TimePoint {
- public:
-  virtual ~TimePoint() = default;
-  virtual void record() = 0;
-  // Milliseconds from `start` (made by the same executable) to this point; waits for both.
-  virtual double ms_since(const TimePoint& start) = 0;
-};
-
-class SteadyTimePoint final : public TimePoint {
- public:
-  void record() override { at_ = std::chrono::steady_clock::now(); }
-  double ms_since(const TimePoint& start) override {
-    const auto& s = dynamic_cast<const SteadyTimePoint&>(start);
-    return std::chrono::duration<double, std::milli>(at_ - s.at_).count();
-  }
-
- private:
-  std::chrono::steady_clock::time_point at_{};
 };
 
 // `count` raw samples (any count >= 0) of `sample_bytes` each, run in batches of `batch`
@@ -115,35 +92,14 @@ class Executable {
     throw std::logic_error("this backend runs on host memory and cannot read device input");
   }
 
-  // Staged execution, for benchmarks that time scopes apart (engine bench): run() is stage_input,
-  // compute, fetch_outputs, synchronize, then a copy out of staged_output(). On a GPU each call only
-  // enqueues work on the executable's stream; synchronize() waits for it. A backend that does not
-  // implement them keeps staged() false and the calls throw std::logic_error.
-  virtual bool staged() const { return false; }
-  // Host memory for max_batch() raw samples that stage_input reads fastest (pinned on GPU
-  // backends), or nullptr when any host memory does as well.
-  virtual void* input_staging() { return nullptr; }
-  // n raw samples become the input of the next compute(n) (GPU: host to device, then the
-  // preprocessing kernel). `input` must stay valid until compute(n) has run.
-  virtual void stage_input(const void* /*input*/, int /*n*/) { not_staged(); }
-  // Every node on the staged input: the "compute only" scope of engine bench.
-  virtual void compute(int /*n*/) { not_staged(); }
-  // Outputs of the last compute(n) to host memory, readable through staged_output(i) (n *
-  // graph.output_elements(i) floats) once synchronize() has returned.
-  virtual void fetch_outputs(int /*n*/) { not_staged(); }
-  virtual const float* staged_output(size_t /*i*/) const { not_staged(); }
-  virtual void synchronize() {}
-  virtual std::unique_ptr<TimePoint> make_time_point() { return std::make_unique<SteadyTimePoint>(); }
-  // Replay compute(n) from a CUDA graph captured once per n (GPU backends). Returns why not when the
-  // backend cannot (or on = false: back to plain launches, always possible).
+  // The executable's run taken apart into timed scopes, for benchmarks (engine/core/staged_execution.hpp);
+  // nullptr where the backend does not offer it.
+  virtual StagedExecution* staged_execution() { return nullptr; }
+  // Replay each batch size's forward pass from a CUDA graph captured once per size (GPU backends).
+  // Returns why not when the backend cannot (or on = false: back to plain launches, always possible).
   virtual std::optional<std::string> use_graph_replay(bool on) {
     if (on) return std::string("this backend has no graph replay");
     return std::nullopt;
-  }
-
- private:
-  [[noreturn]] static void not_staged() {
-    throw std::logic_error("this backend does not implement staged execution (stage_input/compute/fetch_outputs)");
   }
 };
 

@@ -222,7 +222,8 @@ std::optional<std::string> MultiDeviceExecutable::use_graph_replay(bool on) {
 }
 
 void MultiDeviceExecutable::synchronize() {
-  for (auto& p : parts_) p->synchronize();
+  for (auto& p : parts_)
+    if (StagedExecution* staged = p->staged_execution()) staged->synchronize();
 }
 
 }  // namespace engine

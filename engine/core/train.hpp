@@ -29,7 +29,7 @@ struct TrainOptions {
   int threads = 0;     // CPU backends: threads (0 = all cores); GPU backends ignore it
   OptimizerOptions optimizer;
   // GPU backends: the devices to train on (indices of Backend::devices()); empty: the current one.
-  // Several: data-parallel (engine/custom/train/data_parallel.hpp), max_batch split across them.
+  // Several: data-parallel (engine/gpu/train/data_parallel.hpp), max_batch split across them.
   // CPU backends refuse a non-empty list.
   std::vector<int> devices;
 };

@@ -21,7 +21,7 @@
 
 namespace engine::cpu {
 
-class CpuExecutable : public Executable {
+class CpuExecutable : public Executable, public StagedExecution {
  public:
   CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels);
 
@@ -31,7 +31,7 @@ class CpuExecutable : public Executable {
   std::string execution_path() const override;
 
   // Staged execution (engine bench), as the reference does it: all synchronous on the host.
-  bool staged() const override { return true; }
+  StagedExecution* staged_execution() override { return this; }
   void stage_input(const void* input, int n) override;
   void compute(int n) override;
   void fetch_outputs(int /*n*/) override {}

@@ -33,10 +33,11 @@ class BoundTimePoint final : public TimePoint {
   std::unique_ptr<TimePoint> inner_;
 };
 
-class BoundExecutable final : public Executable {
+class BoundExecutable final : public Executable, public StagedExecution {
  public:
   BoundExecutable(int device, std::unique_ptr<Executable> inner) : device_(device), inner_(std::move(inner)) {
     if (!inner_) throw std::invalid_argument("bind_to_device: no executable");
+    inner_staged_ = inner_->staged_execution();
   }
   ~BoundExecutable() override {
     try {
@@ -69,28 +70,29 @@ class BoundExecutable final : public Executable {
     DeviceGuard g(device_);
     inner_->run_device_input(device_input, n, outputs);
   }
-  bool staged() const override { return inner_->staged(); }
-  void* input_staging() override { return inner_->input_staging(); }
+  // Staged execution where the bound executable has it, each call with the device current.
+  StagedExecution* staged_execution() override { return inner_staged_ ? this : nullptr; }
+  void* input_staging() override { return inner_staged_->input_staging(); }
   void stage_input(const void* input, int n) override {
     DeviceGuard g(device_);
-    inner_->stage_input(input, n);
+    inner_staged_->stage_input(input, n);
   }
   void compute(int n) override {
     DeviceGuard g(device_);
-    inner_->compute(n);
+    inner_staged_->compute(n);
   }
   void fetch_outputs(int n) override {
     DeviceGuard g(device_);
-    inner_->fetch_outputs(n);
+    inner_staged_->fetch_outputs(n);
   }
-  const float* staged_output(size_t i) const override { return inner_->staged_output(i); }
+  const float* staged_output(size_t i) const override { return inner_staged_->staged_output(i); }
   void synchronize() override {
     DeviceGuard g(device_);
-    inner_->synchronize();
+    inner_staged_->synchronize();
   }
   std::unique_ptr<TimePoint> make_time_point() override {
     DeviceGuard g(device_);
-    return std::make_unique<BoundTimePoint>(device_, inner_->make_time_point());
+    return std::make_unique<BoundTimePoint>(device_, inner_staged_->make_time_point());
   }
   std::optional<std::string> use_graph_replay(bool on) override {
     DeviceGuard g(device_);
@@ -100,6 +102,7 @@ class BoundExecutable final : public Executable {
  private:
   int device_;
   std::unique_ptr<Executable> inner_;
+  StagedExecution* inner_staged_ = nullptr;
 };
 
 }  // namespace

@@ -15,7 +15,7 @@
 
 namespace engine::gpu {
 
-class GpuExecutable : public Executable {
+class GpuExecutable : public Executable, public StagedExecution {
  public:
   GpuExecutable(const Graph& graph, const CompileOptions& options);
   ~GpuExecutable() override;
@@ -35,9 +35,9 @@ class GpuExecutable : public Executable {
   void synchronize() override;
   const float* staged_output(size_t i) const override;  // pinned host copy after download + sync
 
-  // Executable's staged execution (engine bench): the pieces above, CUDA events for time points,
-  // and forward(n) captured once per n into a CUDA graph and replayed when use_graph_replay(true).
-  bool staged() const override { return true; }
+  // Staged execution (engine bench): the pieces above, CUDA events for time points, and
+  // forward(n) captured once per n into a CUDA graph and replayed when use_graph_replay(true).
+  StagedExecution* staged_execution() override { return this; }
   void* input_staging() override { return pinned_input_.data(); }
   void stage_input(const void* input, int n) override { upload_async(input, n); }
   void compute(int n) override;

@@ -16,7 +16,7 @@
 
 namespace engine::reference {
 
-class ReferenceExecutable : public Executable {
+class ReferenceExecutable : public Executable, public StagedExecution {
  public:
   ReferenceExecutable(const Graph& graph, const CompileOptions& options);
 
@@ -27,7 +27,7 @@ class ReferenceExecutable : public Executable {
   // Staged execution (engine bench). Everything is synchronous and on the host: stage_input keeps
   // the pointer (preprocessing is fused into each sample's pass), compute runs the batch into host
   // output buffers allocated by the first stage_input, fetch_outputs has nothing to move.
-  bool staged() const override { return true; }
+  StagedExecution* staged_execution() override { return this; }
   void stage_input(const void* input, int n) override;
   void compute(int n) override;
   void fetch_outputs(int /*n*/) override {}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -93,6 +94,12 @@ std::string backend_unavailable_reason(const std::string& name) {
   if (!entry->unavailable_reason) return {};
   const auto why = entry->unavailable_reason();
   return why ? "backend '" + name + "' is not available here: " + *why : std::string();
+}
+
+size_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+  return a.size();
 }
 
 }  // namespace testing_support

@@ -46,6 +46,10 @@ Comparison compare_with_cpu(const std::shared_ptr<formats::Model>& model, engine
                             const void* input, int batch, int max_batch,
                             const engine::CompileOptions& options = {});
 
+// The index of the first element whose bits differ between `a` and `b` (sizes equal), or a.size()
+// when every bit is the same: for checks that two paths give the same bits.
+size_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b);
+
 // Why backend `name` cannot run here (not built, no GPU), or "" when it can.
 std::string backend_unavailable_reason(const std::string& name);
 

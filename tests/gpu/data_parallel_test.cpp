@@ -1,4 +1,4 @@
-// Data-parallel training (engine/custom/train/data_parallel.hpp) on both GPU backends. On one GPU:
+// Data-parallel training (engine/gpu/train/data_parallel.hpp) on both GPU backends. On one GPU:
 // the shard pieces (shard_gradients, apply_update) against the plain step: a shard of the whole
 // batch steps bitwise as step() does, and two half-batch shards summed give the whole batch's
 // gradient. On two or more GPUs: `TrainOptions::devices = {0, 1}` against one GPU over 20 steps of a
@@ -19,8 +19,8 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
-#include "engine/custom/train/data_parallel.hpp"
-#include "engine/custom/train/device_trainer.hpp"
+#include "engine/gpu/train/data_parallel.hpp"
+#include "engine/gpu/train/device_trainer.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/common/test_models.hpp"
@@ -28,7 +28,7 @@
 
 namespace {
 
-using engine::custom::train::DeviceTrainer;
+using engine::gpu::train::DeviceTrainer;
 using gpu_test::visible_gpus;
 
 struct Data {
@@ -110,7 +110,7 @@ TEST_P(DataParallelTrain, ShardPiecesMatchThePlainStep) {
 TEST_P(DataParallelTrain, TwoGpusFollowOneAndRepeatBitwise) {
   ENGINE_SKIP_UNLESS_BACKEND(GetParam());
   if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs; " << visible_gpus() << " visible here";
-  ASSERT_TRUE(engine::custom::train::have_nccl()) << "this build has no NCCL";
+  ASSERT_TRUE(engine::gpu::train::have_nccl()) << "this build has no NCCL";
   const auto model = testing_support::lenet_like_model({});
   const engine::Graph graph = engine::plan_graph(model);
   const int n = 64, steps = 20;
@@ -150,8 +150,8 @@ TEST_P(DataParallelTrain, TwoGpusFollowOneAndRepeatBitwise) {
               GetParam().c_str(), steps, worst_loss, diff, largest);
   // The loss follows to float rounding; parameters less tightly: Adam divides each update by the
   // gradient's running RMS, so a component whose gradient is near zero moves by up to lr a step
-  // whatever the last bits of its sum (measured on two H100s: custom 1.9e-5, cudnn 1.1e-4 of 0.21;
-  // cuDNN's backward algorithms differ between the batch of 64 and the shards of 32).
+  // whatever the last bits of its sum (and cuDNN's backward algorithms differ between the batch of
+  // 64 and the shards of 32).
   EXPECT_LE(worst_loss, 1e-4);
   EXPECT_LE(diff, 1e-3 * largest);
   EXPECT_EQ(dp->steps_taken(), steps);

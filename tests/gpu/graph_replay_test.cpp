@@ -3,7 +3,8 @@
 // a change of batch size (a new capture) and back, for each GPU backend and each custom path.
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -24,12 +25,9 @@ struct ReplayCase {
 // Stable ctest names (gtest would otherwise list the struct's bytes, a pointer among them).
 void PrintTo(const ReplayCase& c, std::ostream* os) { *os << c.backend << (c.fuse ? "" : "_per_node"); }
 
-class GraphReplay : public ::testing::TestWithParam<ReplayCase> {};
-
-TEST_P(GraphReplay, SameBitsAsPlainLaunchesAcrossBatchesAndSizes) {
-  const ReplayCase rc = GetParam();
-  ENGINE_SKIP_UNLESS_BACKEND(rc.backend);
-  auto model = testing_support::lenet_like_model({});
+// Plain launches and graph replay of `model` on the same inputs (random raw samples from `seed`),
+// batch after batch and across batch sizes: the same bits, and no NaN.
+void expect_replay_matches_plain(const ReplayCase& rc, const std::shared_ptr<formats::Model>& model, uint32_t seed) {
   const engine::Graph graph = engine::plan_graph(model);
   engine::CompileOptions options;
   options.max_batch = 64;
@@ -40,55 +38,39 @@ TEST_P(GraphReplay, SameBitsAsPlainLaunchesAcrossBatchesAndSizes) {
   ASSERT_FALSE(replay->use_graph_replay(true).has_value());
   const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
   const size_t classes = size_t(graph.output_elements(0));
+  const bool u8 = model->input.dtype == formats::InputDType::UInt8;
   int round = 0;
   for (int n : {64, 64, 17, 17, 64, 1, 64}) {
     SCOPED_TRACE("round " + std::to_string(round) + ", batch " + std::to_string(n));
-    const auto pixels = testing_support::random_bytes(per_sample * size_t(n), 700u + uint32_t(round++));
+    const uint32_t round_seed = seed + uint32_t(round++);
+    const auto bytes = u8 ? testing_support::random_bytes(per_sample * size_t(n), round_seed) : std::vector<uint8_t>{};
+    const auto floats = u8 ? std::vector<float>{} : testing_support::random_floats(per_sample * size_t(n), round_seed);
+    const void* input = u8 ? static_cast<const void*>(bytes.data()) : static_cast<const void*>(floats.data());
     std::vector<float> a(classes * size_t(n), -1.0f), b(classes * size_t(n), -2.0f);
     float* pa[] = {a.data()};
     float* pb[] = {b.data()};
-    plain->run(pixels.data(), n, pa);
-    replay->run(pixels.data(), n, pb);
-    size_t first_diff = a.size();
-    for (size_t i = 0; i < a.size(); ++i)
-      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-        first_diff = i;
-        break;
-      }
+    plain->run(input, n, pa);
+    replay->run(input, n, pb);
+    const size_t first_diff = testing_support::first_bit_difference(a, b);
     EXPECT_EQ(first_diff, a.size()) << "first different element " << first_diff << " (sample "
                                     << first_diff / classes << "): " << (first_diff < a.size() ? a[first_diff] : 0)
                                     << " plain vs " << (first_diff < a.size() ? b[first_diff] : 0) << " replayed";
+    for (float v : a) ASSERT_FALSE(v != v) << "NaN in the plain run's output";
   }
+}
+
+class GraphReplay : public ::testing::TestWithParam<ReplayCase> {};
+
+TEST_P(GraphReplay, SameBitsAsPlainLaunchesAcrossBatchesAndSizes) {
+  ENGINE_SKIP_UNLESS_BACKEND(GetParam().backend);
+  expect_replay_matches_plain(GetParam(), testing_support::lenet_like_model({}), 700u);
 }
 
 // concat (custom: slice-copy kernels; cudnn: cudaMemcpy2DAsync) and scale_shift (cudnnOpTensor +
 // cudnnAddTensor) inside a captured graph: the same bits as plain launches.
 TEST_P(GraphReplay, ConcatAndScaleShiftReplayTheSameBits) {
-  const ReplayCase rc = GetParam();
-  ENGINE_SKIP_UNLESS_BACKEND(rc.backend);
-  auto model = testing_support::branchy_model({2, 8, 10}, 720);
-  const engine::Graph graph = engine::plan_graph(model);
-  engine::CompileOptions options;
-  options.max_batch = 64;
-  options.fuse = rc.fuse;
-  auto backend = engine::BackendRegistry::instance().create(rc.backend);
-  auto plain = backend->compile(graph, options);
-  auto replay = backend->compile(graph, options);
-  ASSERT_FALSE(replay->use_graph_replay(true).has_value());
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  const size_t classes = size_t(graph.output_elements(0));
-  int round = 0;
-  for (int n : {64, 64, 17, 17, 64, 1, 64}) {
-    SCOPED_TRACE("round " + std::to_string(round) + ", batch " + std::to_string(n));
-    const auto input = testing_support::random_floats(per_sample * size_t(n), 730u + uint32_t(round++));
-    std::vector<float> a(classes * size_t(n), -1.0f), b(classes * size_t(n), -2.0f);
-    float* pa[] = {a.data()};
-    float* pb[] = {b.data()};
-    plain->run(input.data(), n, pa);
-    replay->run(input.data(), n, pb);
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-    for (float v : a) ASSERT_FALSE(v != v) << "NaN in the plain run's output";
-  }
+  ENGINE_SKIP_UNLESS_BACKEND(GetParam().backend);
+  expect_replay_matches_plain(GetParam(), testing_support::branchy_model({2, 8, 10}, 720), 730u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, GraphReplay,

@@ -72,12 +72,7 @@ TEST_P(MultiDeviceSplit, SameBitsAsOneExecutable) {
       float* g_out[] = {got.data()};
       single->run_batches(engine::BatchStream{pixels.data(), per_sample, count, batch, e_out, elements});
       multi.run_batches(engine::BatchStream{pixels.data(), per_sample, count, batch, g_out, elements});
-      size_t first_diff = got.size();
-      for (size_t i = 0; i < got.size(); ++i)
-        if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0) {
-          first_diff = i;
-          break;
-        }
+      const size_t first_diff = testing_support::first_bit_difference(got, expected);
       ASSERT_EQ(first_diff, got.size()) << "first different element " << first_diff << " (sample "
                                         << first_diff / size_t(classes) << ")";
     }
@@ -129,10 +124,12 @@ TEST_P(DeviceBinding, CallsRunOnTheBoundDeviceAndRestoreTheCallersDevice) {
   ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
   EXPECT_EQ(current, 0);
   // Time points made by it belong to its device too.
-  auto t0 = exe->make_time_point(), t1 = exe->make_time_point();
+  engine::StagedExecution* staged = exe->staged_execution();
+  ASSERT_NE(staged, nullptr);
+  auto t0 = staged->make_time_point(), t1 = staged->make_time_point();
   t0->record();
-  exe->stage_input(pixels.data(), 8);
-  exe->compute(8);
+  staged->stage_input(pixels.data(), 8);
+  staged->compute(8);
   t1->record();
   EXPECT_GE(t1->ms_since(*t0), 0.0);
   exe.reset();  // destroyed on its device, from device 0

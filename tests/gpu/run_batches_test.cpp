@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -65,12 +64,7 @@ TEST_P(RunBatches, SameBitsAsRunOnTheSameBatches) {
     float* outs[] = {got.data()};
     const int64_t elements[] = {classes};
     streamed->run_batches(engine::BatchStream{pixels.data(), per_sample, count, batch, outs, elements});
-    size_t first_diff = got.size();
-    for (size_t i = 0; i < got.size(); ++i)
-      if (std::memcmp(&got[i], &expected[i], sizeof(float)) != 0) {
-        first_diff = i;
-        break;
-      }
+    const size_t first_diff = testing_support::first_bit_difference(got, expected);
     ASSERT_EQ(first_diff, got.size()) << "first different element " << first_diff << " (sample "
                                       << first_diff / size_t(classes) << ")";
     const auto t = streamed->last_timings();

@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "engine/cudnn/steps.hpp"
-#include "engine/custom/train/data_parallel.hpp"
-#include "engine/custom/train/pointwise_train.hpp"
+#include "engine/gpu/train/data_parallel.hpp"
+#include "engine/gpu/train/pointwise_train.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
 namespace engine::cudnn::train {
 namespace {
 
-namespace ct = engine::custom::train;
+namespace ct = engine::gpu::train;
 
 // cuBLAS's recommended workspace on Hopper; fixed, because cuBLAS may pick another kernel (other
 // bits) for another workspace size.
@@ -214,38 +214,19 @@ void CudnnTrainer::enqueue_backward(int n, bool dry_run) {
       case OpType::Relu: case OpType::Tanh: case OpType::Sigmoid: case OpType::Softmax:
         if (dx) st.activation->backward(ctx_, act(x_id), act(st.output), dy, dx, acc);
         break;
-      case OpType::Add: {
-        // In input order; add(v, v) adds twice (the second time onto the first).
-        bool first = true;
-        for (int v : st.inputs) {
-          float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
-          const bool a = first ? acc : (d ? writes.write(v) : false);
-          if (d) ct::add_gradient(dy, d, count, a, s);
-          first = false;
-        }
+      case OpType::Add:  // in input order; add(v, v) adds twice (the second time onto the first)
+        add_backward(st.inputs, dy, count, acc, writes, s);
         break;
-      }
-      case OpType::Concat: {
-        const int64_t total = graph_.value(st.output).elements;
-        int64_t offset = 0;
-        bool first = true;
-        for (int v : st.inputs) {
-          const int64_t e = graph_.values[size_t(v)].elements;
-          float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
-          const bool a = first ? acc : (d ? writes.write(v) : false);
-          if (d) ct::concat_backward(dy, d, n, e, offset, total, a, s);
-          offset += e;
-          first = false;
-        }
+      case OpType::Concat:
+        concat_backward(st.output, st.inputs, dy, n, acc, writes, s);
         break;
-      }
       case OpType::Flatten: break;
     }
   }
 }
 
 std::unique_ptr<TrainExecutable> make_cudnn_trainer(const Graph& graph, const TrainOptions& options) {
-  return custom::train::compile_on_devices(options,
+  return gpu::train::compile_on_devices(options,
                                            [&](const TrainOptions& o) { return std::make_unique<CudnnTrainer>(graph, o); });
 }
 

@@ -5,10 +5,10 @@
 //   dense       cuBLAS SGEMM forward, dX, dW; GEMV bias gradient (dense_train.hpp)
 //   max/avgpool cudnnPoolingForward/Backward (pool_train.hpp)
 //   relu/tanh/sigmoid, softmax inside the graph: cudnnActivation*/cudnnSoftmax* (activation_train.hpp)
-//   add, concat, scale_shift: the custom backend's kernels (pointwise_train.hpp): no library call
+//   add, concat, scale_shift: the GPU trainers' shared kernels (engine/gpu/train/pointwise_train.hpp): no library call
 //     does them more simply, and they are element-wise (no sum whose order could differ)
-// What is not per-op comes from DeviceTrainer (engine/custom/train/device_trainer.hpp), shared with
-// the custom backend: buffers, upload, uint8 preprocessing, the fused softmax + cross-entropy
+// What is not per-op comes from DeviceTrainer (engine/gpu/train/device_trainer.hpp), shared with
+// the custom backend's trainer: buffers, upload, uint8 preprocessing, the fused softmax + cross-entropy
 // kernel, the optimiser kernel with device scalars, CUDA-graph capture per batch size.
 //
 // Deterministic: every convolution algorithm is one cuDNN reports deterministic (never FFT/Winograd,
@@ -31,11 +31,11 @@
 #include "engine/cudnn/train/dense_train.hpp"
 #include "engine/cudnn/train/pool_train.hpp"
 #include "engine/cudnn/train/train_context.hpp"
-#include "engine/custom/train/device_trainer.hpp"
+#include "engine/gpu/train/device_trainer.hpp"
 
 namespace engine::cudnn::train {
 
-class CudnnTrainer final : public custom::train::DeviceTrainer {
+class CudnnTrainer final : public gpu::train::DeviceTrainer {
  public:
   CudnnTrainer(const Graph& graph, const TrainOptions& options);
   ~CudnnTrainer() override;

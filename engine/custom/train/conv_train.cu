@@ -1,11 +1,13 @@
 // conv2d training kernels (fp32, no FMA contraction: built with --fmad=false, so each product is
 // rounded before its sum as in host_ops.hpp's -ffp-contract=off code).
-#include "engine/custom/train/activation.cuh"
-#include "engine/custom/train/block_reduce.cuh"
+#include "engine/gpu/train/activation.cuh"
+#include "engine/gpu/train/block_reduce.cuh"
 #include "engine/custom/train/conv_train.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
 namespace engine::custom::train {
+
+using namespace gpu::train;  // the GPU trainers' shared part
 namespace {
 
 __global__ void conv_forward_kernel(const float* __restrict__ x, const float* __restrict__ w,
@@ -141,8 +143,8 @@ void conv_backward_input(const float* dy, const float* act_y, int act, const flo
 
 namespace {
 
-// Blocks the stage-1 grid aims at: two per SM of the H100 (132 SMs), fixed (never per device:
-// the chunking is part of the result's bits).
+// Blocks the stage-1 grid aims at: two per SM of a 132-SM GPU, fixed (never per device: the
+// chunking is part of the result's bits).
 constexpr int kParamBlocksTarget = 264;
 
 int param_chunks(const WindowGeom& g, int n) {

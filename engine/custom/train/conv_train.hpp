@@ -4,9 +4,12 @@
 // weight and bias gradients: one block, a fixed-shape tree), so results are bitwise reproducible.
 #include <cuda_runtime_api.h>
 
-#include "engine/custom/train/train_launch.hpp"
+#include "engine/gpu/train/train_launch.hpp"
 
 namespace engine::custom::train {
+
+// The GPU trainers' shared part (engine/gpu/train).
+using gpu::train::WindowGeom;
 
 // y[s,o,i,j] = b[o] + sum over (c, p, q) ascending of x * w (padded taps skipped), as host_ops.hpp.
 // act >= 0 (a Pointwise): y = act(that sum), the activation reading the conv folded in.
@@ -27,10 +30,9 @@ void conv_backward_input(const float* dy, const float* act_y, int act, const flo
 // share of that range's (sample, position) pairs, computes the (activation's) gradient once and
 // adds it times the kh x kw inputs under the window into kh*kw registers; one fixed tree per tap
 // adds the block's 256 partial sums into `partials`. Stage 2 adds a weight's chunks in chunk
-// order. The first version (one block per weight element, each re-reading dy and recomputing the
-// activation gradient for every tap) took 0.93 ms of a 2 ms LeNet-5 step at batch 256 (Nsight
-// Compute, H100). Other kernel shapes take that kernel still. The same shapes and orders for the
-// same n: the same bits run after run.
+// order: dy is read and the activation gradient computed once per position, not once per tap as in
+// one block per weight element, which other kernel shapes still take. The same shapes and orders
+// for the same n: the same bits run after run.
 // `partials` holds conv_param_partials(g, max_batch) floats.
 long long conv_param_partials(const WindowGeom& g, int max_batch);
 void conv_backward_params(const float* x, const float* dy, const float* act_y, int act, float* dw, float* db, int n,

@@ -1,12 +1,14 @@
 // The tiled GEMM of the dense layers' training (fp32, --fmad=false: products rounded before each
 // add, as host_ops.hpp). 16x16 output tiles, k in tiles of 16 through shared memory; each thread
 // keeps one output's sum and adds its k terms in ascending order.
-#include "engine/custom/train/activation.cuh"
+#include "engine/gpu/train/activation.cuh"
 #include "engine/custom/train/dense_train.hpp"
-#include "engine/custom/train/train_launch.hpp"
+#include "engine/gpu/train/train_launch.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
 namespace engine::custom::train {
+
+using namespace gpu::train;  // the GPU trainers' shared part
 namespace {
 
 constexpr int kTile = 16;

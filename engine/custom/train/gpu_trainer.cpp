@@ -4,7 +4,7 @@
 // kernels are in the .cu files beside it.
 #include "engine/custom/train/gpu_trainer.hpp"
 
-#include "engine/custom/train/data_parallel.hpp"
+#include "engine/gpu/train/data_parallel.hpp"
 
 #include <fmt/format.h>
 
@@ -12,11 +12,13 @@
 
 #include "engine/custom/train/conv_train.hpp"
 #include "engine/custom/train/dense_train.hpp"
-#include "engine/custom/train/pointwise_train.hpp"
+#include "engine/gpu/train/pointwise_train.hpp"
 #include "engine/custom/train/pool_train.hpp"
 #include "engine/gpu/device.hpp"
 
 namespace engine::custom::train {
+
+using namespace gpu::train;  // the GPU trainers' shared part
 namespace {
 
 Pointwise pointwise_of(OpType op) {
@@ -201,31 +203,12 @@ void GpuTrainer::enqueue_backward(int n, bool dry_run) {
         if (dx) activation_backward(pointwise_of(st.op), act(x_id), act(st.output), dy, dx, count, acc, s);
         break;
       case OpType::Softmax: if (dx) softmax_backward(act(st.output), dy, dx, n, st.elements, acc, s); break;
-      case OpType::Add: {
-        // In input order; add(v, v) adds twice (the second time onto the first).
-        bool first = true;
-        for (int v : st.inputs) {
-          float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
-          const bool a = first ? acc : (d ? write(v) : false);
-          if (d) add_gradient(dy, d, count, a, s);
-          first = false;
-        }
+      case OpType::Add:  // in input order; add(v, v) adds twice (the second time onto the first)
+        add_backward(st.inputs, dy, count, acc, writes, s);
         break;
-      }
-      case OpType::Concat: {
-        const int64_t total = graph_.value(st.output).elements;
-        int64_t offset = 0;
-        bool first = true;
-        for (int v : st.inputs) {
-          const int64_t e = graph_.values[size_t(v)].elements;
-          float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
-          const bool a = first ? acc : (d ? write(v) : false);
-          if (d) concat_backward(dy, d, n, e, offset, total, a, s);
-          offset += e;
-          first = false;
-        }
+      case OpType::Concat:
+        concat_backward(st.output, st.inputs, dy, n, acc, writes, s);
         break;
-      }
       case OpType::Flatten: break;
     }
   }

@@ -16,11 +16,15 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/train.hpp"
-#include "engine/custom/train/device_trainer.hpp"
-#include "engine/custom/train/train_launch.hpp"
+#include "engine/gpu/train/device_trainer.hpp"
+#include "engine/gpu/train/train_launch.hpp"
 #include "engine/gpu/buffers.hpp"
 
 namespace engine::custom::train {
+
+// The GPU trainers' shared part (engine/gpu/train).
+using gpu::train::DeviceTrainer;
+using gpu::train::WindowGeom;
 
 class GpuTrainer final : public DeviceTrainer {
  public:

@@ -5,6 +5,8 @@
 #include "engine/gpu/cuda_check.hpp"
 
 namespace engine::custom::train {
+
+using namespace gpu::train;  // the GPU trainers' shared part
 namespace {
 
 // The valid rows [p0, p1) and columns [q0, q1) of output (i, j)'s window, as host_ops.hpp's

@@ -4,9 +4,12 @@
 // row-major output order the host's scatter adds them, so the sums match its order exactly.
 #include <cuda_runtime_api.h>
 
-#include "engine/custom/train/train_launch.hpp"
+#include "engine/gpu/train/train_launch.hpp"
 
 namespace engine::custom::train {
+
+// The GPU trainers' shared part (engine/gpu/train).
+using gpu::train::WindowGeom;
 
 void avgpool_forward(const float* x, float* y, int n, const WindowGeom& g, cudaStream_t stream);
 void avgpool_backward(const float* dy, float* dx, int n, const WindowGeom& g, bool accumulate, cudaStream_t stream);

@@ -2,9 +2,9 @@
 // A fixed-shape summation tree over one block of kReduceThreads threads: partial sums in shared
 // memory, halved pairwise (t += t + half) until one is left. The same shape every launch, so the
 // same bits; no atomics, no warp-shuffle order that depends on the architecture.
-#include "engine/custom/train/train_launch.hpp"
+#include "engine/gpu/train/train_launch.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 // Every thread of the block must call it; thread 0 gets the total (others get garbage).
 __device__ inline float block_tree_sum(float v, float* shared /* kReduceThreads floats */) {
@@ -20,4 +20,4 @@ __device__ inline float block_tree_sum(float v, float* shared /* kReduceThreads 
   return total;
 }
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

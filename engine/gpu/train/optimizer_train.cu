@@ -2,11 +2,11 @@
 // default: -prec-sqrt and -prec-div stay on).
 #include <cmath>
 
-#include "engine/custom/train/optimizer_train.hpp"
-#include "engine/custom/train/train_launch.hpp"
+#include "engine/gpu/train/optimizer_train.hpp"
+#include "engine/gpu/train/train_launch.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 namespace {
 
 struct Consts {
@@ -68,4 +68,4 @@ void optimizer_step(const OptimizerOptions& o, float* params, const float* grads
   CUDA_CHECK_LAUNCH("train: optimizer update");
 }
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

@@ -24,7 +24,7 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
-#include "engine/custom/train/device_trainer.hpp"
+#include "engine/gpu/train/device_trainer.hpp"
 #include "engine/gpu/device.hpp"
 #include "engine/train/init.hpp"
 #include "formats/model_loader.hpp"
@@ -92,7 +92,7 @@ int run(int argc, char** argv) {
     options.optimizer.lr = lr > 0 ? lr : optimizer == "adam" ? 1e-3 : 0.01;
     // Both GPU backends' trainers are DeviceTrainers: step_device takes the batch in device memory.
     auto compiled = backend->compile_training(graph, options);
-    auto* device_trainer = dynamic_cast<engine::custom::train::DeviceTrainer*>(compiled.get());
+    auto* device_trainer = dynamic_cast<engine::gpu::train::DeviceTrainer*>(compiled.get());
     if (!device_trainer) throw std::logic_error(backend_name + "'s trainer takes no device input");
     auto& trainer = *device_trainer;
     const int steps = samples / batch;

@@ -10,7 +10,7 @@
 
 #include "engine/core/optimizer.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 // Per step, written by the host before the step's launch.
 struct StepScalars {
@@ -27,4 +27,4 @@ StepScalars step_scalars(const OptimizerOptions& o, int64_t t);
 void optimizer_step(const OptimizerOptions& o, float* params, const float* grads, float* state1, float* state2,
                     long long count, const StepScalars* scalars, cudaStream_t stream);
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

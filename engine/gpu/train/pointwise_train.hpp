@@ -4,7 +4,7 @@
 // buffer's contents (another consumer of the value wrote first), else from zero.
 #include <cuda_runtime_api.h>
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 enum class Pointwise : int { Relu = 0, Tanh = 1, Sigmoid = 2 };
 
@@ -39,4 +39,4 @@ void softmax_forward(const float* x, float* y, int n, long long k, cudaStream_t 
 void softmax_backward(const float* y, const float* dy, float* dx, int n, long long k, bool accumulate,
                       cudaStream_t stream);
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 // What one batch gave, in device memory; copied back with one small cudaMemcpyAsync.
 struct LossResult {
@@ -19,4 +19,4 @@ struct LossResult {
 void softmax_cross_entropy(const float* z, const uint8_t* labels, float* probs, float* dz, float* losses,
                            LossResult* result, int n, int k, float inv_n, cudaStream_t stream);
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

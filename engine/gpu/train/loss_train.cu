@@ -1,10 +1,10 @@
 // The fused softmax + cross-entropy kernel (fp32 per sample, expf/logf accurate, --fmad=false).
 // One block: its threads take samples, then thread 0 adds the losses in sample order in double, as
 // the host trainer does, so the batch's sum needs no second kernel and no atomics.
-#include "engine/custom/train/loss_train.hpp"
+#include "engine/gpu/train/loss_train.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 namespace {
 
 constexpr int kLossThreads = 256;
@@ -54,4 +54,4 @@ void softmax_cross_entropy(const float* z, const uint8_t* labels, float* probs, 
   CUDA_CHECK_LAUNCH("train: softmax + cross-entropy");
 }
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

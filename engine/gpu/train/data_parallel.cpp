@@ -1,4 +1,4 @@
-#include "engine/custom/train/data_parallel.hpp"
+#include "engine/gpu/train/data_parallel.hpp"
 
 #include <fmt/format.h>
 
@@ -15,7 +15,7 @@
 #include <nccl.h>
 #endif
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 bool have_nccl() { return ENGINE_HAVE_NCCL != 0; }
 
@@ -157,4 +157,4 @@ std::unique_ptr<TrainExecutable> compile_on_devices(
 #endif
 }
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

@@ -13,7 +13,7 @@
 #define ENGINE_TRAIN_HD
 #endif
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 // One windowed node, per sample: input [in_c, in_h, in_w] -> output [out_c, out_h, out_w].
 // Bottom/right padding is implied by the output size the planner computed.
@@ -39,4 +39,4 @@ inline unsigned grid_for(long long total) {
 // (part of the result's bits) follows from it. Never change it per device or per batch.
 inline constexpr int kReduceThreads = 256;
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

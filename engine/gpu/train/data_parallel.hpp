@@ -1,5 +1,5 @@
 #pragma once
-// Data-parallel training on several GPUs of one host (issue 16): one DeviceTrainer replica per
+// Data-parallel training on several GPUs of one host: one DeviceTrainer replica per
 // device, all with the same parameters. A step splits the batch into contiguous shards (replica d
 // takes samples [d * n / N, (d + 1) * n / N)), each replica computes the gradients of its shard's
 // loss sum divided by the whole batch's n (DeviceTrainer::shard_gradients), NCCL sums them in place
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "engine/core/train.hpp"
-#include "engine/custom/train/device_trainer.hpp"
+#include "engine/gpu/train/device_trainer.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 // Whether this build has NCCL (found by CMake with the CUDA installation).
 bool have_nccl();
@@ -28,4 +28,4 @@ bool have_nccl();
 std::unique_ptr<TrainExecutable> compile_on_devices(
     const TrainOptions& options, const std::function<std::unique_ptr<DeviceTrainer>(const TrainOptions&)>& make);
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

@@ -1,11 +1,11 @@
 // Element-wise training kernels (fp32, --fmad=false, accurate tanhf/expf).
-#include "engine/custom/train/activation.cuh"
-#include "engine/custom/train/block_reduce.cuh"
-#include "engine/custom/train/pointwise_train.hpp"
-#include "engine/custom/train/train_launch.hpp"
+#include "engine/gpu/train/activation.cuh"
+#include "engine/gpu/train/block_reduce.cuh"
+#include "engine/gpu/train/pointwise_train.hpp"
+#include "engine/gpu/train/train_launch.hpp"
 #include "engine/gpu/cuda_check.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 namespace {
 
 #define GRID_STRIDE(idx, total)                                                                 \
@@ -192,4 +192,4 @@ void softmax_backward(const float* y, const float* dy, float* dx, int n, long lo
   CUDA_CHECK_LAUNCH("train: softmax backward");
 }
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

@@ -19,11 +19,11 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/train.hpp"
-#include "engine/custom/train/loss_train.hpp"
-#include "engine/custom/train/optimizer_train.hpp"
+#include "engine/gpu/train/loss_train.hpp"
+#include "engine/gpu/train/optimizer_train.hpp"
 #include "engine/gpu/buffers.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 class DeviceTrainer : public TrainExecutable {
  public:
@@ -97,6 +97,14 @@ class DeviceTrainer : public TrainExecutable {
     std::vector<bool> written_;
   };
 
+  // The backward of add and of concat (element-wise, the same in every trainer): dy (count floats of
+  // add's output; concat's [n, output elements]) to each input's gradient buffer in input order; an
+  // input read twice gets it twice. `acc`: whether the first input's buffer is added to.
+  void add_backward(const std::vector<int>& inputs, const float* dy, long long count, bool acc,
+                    GradientWrites& writes, cudaStream_t s);
+  void concat_backward(int output, const std::vector<int>& inputs, const float* dy, int n, bool acc,
+                       GradientWrites& writes, cudaStream_t s);
+
   int root(int v) const;
   float* act(int v) const;
   float* grad(int v) const;  // null where the value has no gradient buffer
@@ -153,4 +161,4 @@ class DeviceTrainer : public TrainExecutable {
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs_;
 };
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

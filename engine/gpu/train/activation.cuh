@@ -3,9 +3,9 @@
 // the epilogues and operand loads they are folded into (conv2d and dense with the activation that
 // reads them: gpu_trainer.cpp, "fusion"). The same float operations as host_ops.hpp, so folding
 // changes no bit.
-#include "engine/custom/train/pointwise_train.hpp"
+#include "engine/gpu/train/pointwise_train.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 
 // act < 0: none.
 __device__ inline float activate(int act, float v) {
@@ -24,4 +24,4 @@ __device__ inline float activation_grad(int act, float dy, float y) {
   return dy;
 }
 
-}  // namespace engine::custom::train
+}  // namespace engine::gpu::train

@@ -1,7 +1,7 @@
 // DeviceTrainer: the buffers, the step flow and CUDA-graph capture that GpuTrainer (custom) and
 // CudnnTrainer (cudnn) share. Moved here from gpu_trainer.cpp unchanged in what it enqueues and in
 // which order, so the custom trainer's results keep their bits.
-#include "engine/custom/train/device_trainer.hpp"
+#include "engine/gpu/train/device_trainer.hpp"
 
 #include <fmt/format.h>
 
@@ -11,8 +11,9 @@
 
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/preprocess.hpp"
+#include "engine/gpu/train/pointwise_train.hpp"
 
-namespace engine::custom::train {
+namespace engine::gpu::train {
 namespace {
 
 // Ends a capture that an exception interrupted, so the stream is usable again.
@@ -369,4 +370,30 @@ void DeviceTrainer::poison_buffers() {
   CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-}  // namespace engine::custom::train
+void DeviceTrainer::add_backward(const std::vector<int>& inputs, const float* dy, long long count, bool acc,
+                                 GradientWrites& writes, cudaStream_t s) {
+  bool first = true;
+  for (int v : inputs) {
+    float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
+    const bool a = first ? acc : (d ? writes.write(v) : false);
+    if (d) add_gradient(dy, d, count, a, s);
+    first = false;
+  }
+}
+
+void DeviceTrainer::concat_backward(int output, const std::vector<int>& inputs, const float* dy, int n, bool acc,
+                                    GradientWrites& writes, cudaStream_t s) {
+  const int64_t total = graph_.value(output).elements;
+  int64_t offset = 0;
+  bool first = true;
+  for (int v : inputs) {
+    const int64_t e = graph_.values[size_t(v)].elements;
+    float* d = needs_[size_t(v)] && v != graph_.input ? grad(v) : nullptr;
+    const bool a = first ? acc : (d ? writes.write(v) : false);
+    if (d) train::concat_backward(dy, d, n, e, offset, total, a, s);
+    offset += e;
+    first = false;
+  }
+}
+
+}  // namespace engine::gpu::train
