@@ -35,6 +35,7 @@ import zipfile
 import numpy as np
 
 from . import import_common as ic
+from .export_args import add_common_args
 from .import_common import ImportFailure
 from .model_format import topological_order, validate
 
@@ -1135,7 +1136,6 @@ def load(args, like):
 
 
 def register(sub) -> None:
-    from .export_cli import _common
     p = sub.add_parser(
         "keras", help="a Keras file: a Keras 3 .keras zip or a .h5 whole model (model.save), or .h5 weights "
                       "(model.save_weights) with --arch MODEL.json or --like GRAPH.json",
@@ -1156,5 +1156,5 @@ def register(sub) -> None:
     p.add_argument("--arch", help="the architecture as Keras JSON (model.to_json()), for a weights-only file")
     p.add_argument("--pad", help="zero padding the user's code adds around each raw image before the model: P "
                                  "or T,B,L,R (default: the model's input size minus the image size, halved)")
-    _common(p)
+    add_common_args(p)
     p.set_defaults(load=load, export_checked=ic.export_checked)

@@ -23,6 +23,7 @@ import pathlib
 import numpy as np
 
 from . import import_common as ic
+from .export_args import add_common_args
 from . import onnx_reference
 from .import_common import ImportFailure
 
@@ -643,7 +644,6 @@ def load(args, like):
 
 
 def register(sub) -> None:
-    from .export_cli import _common
     p = sub.add_parser(
         "onnx", help="an ONNX model (torch.onnx.export, tf2onnx, keras2onnx, CNTK, ...)",
         description="Import an ONNX model. Data-path ops: " + ", ".join(SUPPORTED) + "; constant subgraphs "
@@ -660,5 +660,5 @@ def register(sub) -> None:
     p.add_argument("source", help="ONNX model file (.onnx)")
     p.add_argument("--pad", help="zero padding the user's code adds around each raw image before the model: P "
                                  "or T,B,L,R (default: the model's input size minus the image size, halved)")
-    _common(p)
+    add_common_args(p)
     p.set_defaults(load=load, export_checked=ic.export_checked)
