@@ -1,6 +1,8 @@
 """torch.nn.Module that interprets a format-v1 graph (see model_format.to_torch).
 
-Kept apart from model_format so that reading and writing models does not import torch.
+Kept apart from model_format so that reading and writing models does not import torch; the module
+is given the graph already validated and ordered (model_format.to_torch does that), so it imports
+nothing of model_format.
 Native torch ops are used wherever their padding rules coincide with the spec's (symmetric padding
 of at most half the kernel), so the module is a fair PyTorch baseline for benchmarks; the other
 cases pad explicitly first, which is exact for every file the spec admits.
@@ -10,8 +12,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from .model_format import Model, topological_order, validate
 
 
 def _native_padding(kernel, padding):
@@ -154,14 +154,14 @@ class Preprocess(nn.Module):
 
 
 class GraphModule(nn.Module):
-    def __init__(self, model: Model):
+    def __init__(self, graph: dict, tensors: dict, value_shapes: dict, order: list[int]):
+        """`graph` and `tensors` validated (`value_shapes`: validate's result), `order` the nodes'
+        topological order."""
         super().__init__()
-        graph, tensors = model.graph, model.tensors
-        self.value_shapes = validate(graph, tensors, where=str(model.path or graph.get("name", "model")))
+        self.value_shapes = value_shapes
         self.input_name = graph["input"]["name"]
         self.output_names = list(graph["outputs"])
         self.preprocess = Preprocess(graph["input"])
-        order = topological_order(graph["nodes"], self.input_name)
         self.node_names, self.node_inputs = [], []
         layers = []
         for i in order:

@@ -60,6 +60,18 @@ def _node_name(qualified: str, op: str, taken: set[str]) -> str:
     return name
 
 
+def graph_object(name: str, description: str | None, spec: dict, labels, nodes: list, outputs: list) -> dict:
+    """A format v1 graph as the exporters and importers write it (the weights' sha256 is filled in when written)."""
+    graph = {"name": name}
+    if description:
+        graph["description"] = description
+    graph.update({"weights": {"file": f"{name}.safetensors", "sha256": "0" * 64}, "input": spec})
+    if labels is not None:
+        graph["labels"] = list(labels)
+    graph.update({"nodes": nodes, "outputs": outputs})
+    return graph
+
+
 def graph_from_torch_module(module, input_spec: dict, *, name: str, labels: list[str] | None = None,
                             description: str | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """Walks `module` as nn.Sequential. `input_spec` is the graph's `input` object; leading
@@ -199,14 +211,7 @@ def graph_from_torch_module(module, input_spec: dict, *, name: str, labels: list
             pre["pad"] = module_pad
             pre["pad_value"] = input_pad_value if input_pad_value is not None else 0.0
         input_spec["preprocess"] = pre
-    graph = {"name": name}
-    if description:
-        graph["description"] = description
-    graph.update({"weights": {"file": f"{name}.safetensors", "sha256": "0" * 64}, "input": input_spec})
-    if labels is not None:
-        graph["labels"] = list(labels)
-    graph.update({"nodes": nodes, "outputs": [current]})
-    return graph, tensors
+    return graph_object(name, description, input_spec, labels, nodes, [current]), tensors
 
 
 def graph_from_state_dict(state_dict, like: Model, *, name: str | None = None,

@@ -1,7 +1,7 @@
 """`tools/export SOURCE-KIND SOURCE -o OUT.json ...`: one subcommand per source framework.
 
-A new importer (keras, onnx) adds a `_add_<kind>` parser and a function returning
-(graph, tensors, source-runner-or-None); writing and checking are shared.
+A new importer (keras, onnx) registers its own parser (options shared through export_args) and a
+function returning (graph, tensors, source-runner-or-None); writing and checking are shared.
 """
 from __future__ import annotations
 
@@ -9,69 +9,9 @@ import argparse
 import pathlib
 import sys
 
-import numpy as np
-
 from . import export
+from .export_args import add_common_args, input_spec_from_args, labels_from_arg
 from .model_format import ModelFormatError, read_model
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _labels(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    if text.startswith("@"):
-        return [line.rstrip("\n") for line in pathlib.Path(text[1:]).read_text().splitlines() if line.strip()]
-    return text.split(",")
-
-
-def _input_spec(args, like) -> dict:
-    if like is not None and args.input_shape is None:
-        return dict(like.graph["input"])
-    if args.input_shape is None:
-        raise export.ExportError("--input-shape C,H,W is required without --like")
-    shape = _ints(args.input_shape)
-    spec = {"name": args.input_name, "dtype": args.input_dtype, "shape": shape}
-    if args.input_dtype == "uint8":
-        c = shape[0]
-        mean = _floats(args.mean) if args.mean else [0.0] * c
-        std = _floats(args.std) if args.std else [1.0] * c
-        if len(mean) == 1:
-            mean = mean * c
-        if len(std) == 1:
-            std = std * c
-        # float32 rounding here makes the file state the exact float32 scale the engine will use.
-        scale = float(np.float32(args.scale)) if args.scale else float(np.float32(1.0 / 255.0))
-        spec["preprocess"] = {"scale": scale, "mean": mean, "std": std}
-    return spec
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", required=True, help="graph file to write (NAME.json; weights go beside it)")
-    p.add_argument("--like", help="graph file to take the input spec, labels and name from (and, for a "
-                                  "state_dict, the whole structure)")
-    p.add_argument("--name", help="model name (default: from --like, else the output's stem)")
-    p.add_argument("--description", help="free text stored in the graph file")
-    p.add_argument("--labels", help="class names, comma-separated, or @FILE with one per line")
-    p.add_argument("--input-shape", help="C,H,W of one raw sample (required without --like)")
-    p.add_argument("--input-dtype", choices=["uint8", "float32"], default="uint8")
-    p.add_argument("--input-name", default="image")
-    p.add_argument("--scale", type=float, help="preprocess scale (default float32(1/255))")
-    p.add_argument("--mean", help="preprocess mean per channel, comma-separated (default 0)")
-    p.add_argument("--std", help="preprocess std per channel, comma-separated (default 1)")
-    p.add_argument("--check-data", help="IDX file (raw or .gz) whose first samples feed the check "
-                                        "(default: seeded random inputs)")
-    p.add_argument("--check-count", type=int, default=256, help="samples in the check batch")
-    p.add_argument("--tolerance", type=float, default=export.DEFAULT_TOLERANCE,
-                   help="relative bound of the check: the first output passes when max |diff| <= "
-                        "TOLERANCE * max(1, max |reference|) (default %(default)g)")
-    p.add_argument("--no-engine", action="store_true", help="do not run the engine in the check")
 
 
 def _load_torch(path: str, allow_pickle: bool):
@@ -111,12 +51,12 @@ def _torch_source(args, like):
     import torch
     obj = _load_torch(args.source, args.allow_pickle)
     name = args.name or (like.graph["name"] if like else pathlib.Path(args.output).stem)
-    labels = _labels(args.labels)
+    labels = labels_from_arg(args.labels)
     if labels is None and like is not None:
         labels = like.graph.get("labels")
     description = args.description
     if isinstance(obj, torch.nn.Module):
-        graph, tensors = export.graph_from_torch_module(obj, _input_spec(args, like), name=name,
+        graph, tensors = export.graph_from_torch_module(obj, input_spec_from_args(args, like), name=name,
                                                         labels=labels, description=description)
         return graph, tensors, export.torch_source(obj, graph)
     if isinstance(obj, dict):
@@ -146,7 +86,7 @@ def _add_torch(sub) -> None:
     p.add_argument("--allow-pickle", action="store_true",
                    help="load a whole nn.Module saved by torch.save(model): a pickle, whose loading runs "
                         "code from the file (trusted files only)")
-    _common(p)
+    add_common_args(p)
     p.set_defaults(load=_torch_source)
 
 

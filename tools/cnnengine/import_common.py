@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from . import datasets, export
+from .export_args import float_list, int_list, labels_from_arg
 
 
 class ImportFailure(export.ExportError):
@@ -56,14 +57,6 @@ def parse_pad(text: str | None) -> list[int] | None:
     return vals
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
 def _data_image_shape(path: str) -> tuple[int, ...]:
     arr = datasets.read_idx(path)
     return (1,) + tuple(arr.shape[1:]) if arr.ndim == 3 else tuple(arr.shape[1:])
@@ -72,7 +65,7 @@ def _data_image_shape(path: str) -> tuple[int, ...]:
 def _raw_shape(args, like, model_shape: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
     """(C, H, W) of one raw sample and where it came from."""
     if getattr(args, "input_shape", None):
-        shape = tuple(_ints(args.input_shape))
+        shape = tuple(int_list(args.input_shape))
         if len(shape) != 3 or min(shape) < 1:
             raise ImportFailure(f"--input-shape {args.input_shape!r}: expected C,H,W")
         return shape, "--input-shape"
@@ -150,7 +143,7 @@ def input_spec(args, like, model_shape: tuple[int, ...], what: str,
 
     def per_channel(text, key, default):
         if text:
-            vals = _floats(text)
+            vals = float_list(text)
         elif key in base and len(base[key]) == channels:
             vals = list(base[key])
         else:
@@ -232,9 +225,7 @@ def labeled(fn, label: str):
 def labels_arg(args, like) -> list[str] | None:
     text = getattr(args, "labels", None)
     if text is not None:
-        if text.startswith("@"):
-            return [ln for ln in pathlib.Path(text[1:]).read_text().splitlines() if ln.strip()]
-        return text.split(",")
+        return labels_from_arg(text)
     if like is not None:
         return like.graph.get("labels")
     return None

@@ -35,13 +35,13 @@ import zipfile
 import numpy as np
 
 from . import import_common as ic
+from .export import graph_object
+from .export_args import add_common_args
 from .import_common import ImportFailure
+from .importers import keras_layers as kl
+from .importers.keras_layers import IDENTITY_LAYERS, SUPPORTED_LAYERS, kernel_bias
+from .importers.layout import nhwc_to_chw_rows, same_pads
 from .model_format import topological_order, validate
-
-CONV_LIKE = ("Conv2D", "MaxPooling2D", "AveragePooling2D", "ZeroPadding2D", "GlobalAveragePooling2D",
-             "GlobalMaxPooling2D")
-ACTIVATIONS = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "softmax": "softmax"}
-
 
 # --------------------------------------------------------------------------------------------------
 # The file
@@ -183,24 +183,6 @@ class KerasFile:
 
     def weights_list(self) -> list[list[np.ndarray]]:
         return [[arrays[n] for n in names] for _, arrays, names in self.layers]
-
-
-def _role(weight_name: str) -> str:
-    """'conv2d/kernel:0' -> 'kernel'."""
-    return weight_name.rsplit("/", 1)[-1].split(":", 1)[0]
-
-
-def _kernel_bias(lname: str, arrays: dict[str, np.ndarray], names: list[str], where: str):
-    roles = {_role(n): arrays[n] for n in names}
-    if "kernel" in roles:
-        kernel, bias = roles["kernel"], roles.get("bias")
-        extra = sorted(set(roles) - {"kernel", "bias"})
-    else:  # unusual names: Keras' own order is kernel, bias
-        kernel, bias = arrays[names[0]], arrays[names[1]] if len(names) > 1 else None
-        extra = names[2:]
-    if extra:
-        raise ImportFailure(f"{where}: weights layer '{lname}' has weights {', '.join(extra)} besides kernel and bias")
-    return np.asarray(kernel, np.float32), None if bias is None else np.asarray(bias, np.float32)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -351,89 +333,6 @@ def _input_shape(layers: list[dict], model_config: dict, where: str) -> tuple[in
     return tuple(int(d) for d in per)
 
 
-def _act_name(act, where: str) -> str:
-    if isinstance(act, dict):  # newer serializations: {"class_name": "function", "config": "relu", ...}
-        act = act.get("config") if act.get("class_name") == "function" else act.get("class_name", "")
-    act = str(act).lower() if act is not None else "linear"
-    if act == "linear":
-        return "linear"
-    if act not in ACTIVATIONS:
-        raise ImportFailure(f"{where}: activation {act!r} has no format-v1 op (linear, relu, tanh, sigmoid, softmax)")
-    return act
-
-
-def _same(size: int, k: int, s: int) -> tuple[int, int]:
-    """TensorFlow's 'same' padding: the odd extra row/column goes to the bottom/right."""
-    out = (size + s - 1) // s
-    total = max((out - 1) * s + k - size, 0)
-    return total // 2, total - total // 2
-
-
-def _pair(v, what, where) -> tuple[int, int]:
-    if isinstance(v, int):
-        return v, v
-    if not isinstance(v, (list, tuple)) or len(v) != 2:
-        raise ImportFailure(f"{where}: {what} {v!r} is not a pair")
-    return int(v[0]), int(v[1])
-
-
-def nhwc_to_chw_rows(h: int, w: int, c: int) -> np.ndarray:
-    """perm with perm[chw_index] = hwc_index: the Keras flat index of each engine flat index."""
-    return np.arange(h * w * c).reshape(h, w, c).transpose(2, 0, 1).reshape(-1)
-
-
-@dataclasses.dataclass
-class _V:
-    """A Keras tensor during the conversion."""
-    fv: str                      # the format value that holds it
-    k: tuple                     # its Keras shape per sample: (H, W, C), or (K,)
-    e: tuple                     # the engine shape of `fv`: [C, H, W] or [K]
-    sole: bool = True            # only this Keras path reads `fv` (a BatchNormalization may rewrite its node)
-    hwc: tuple | None = None     # a flat value in Keras' NHWC flatten order of this (H, W, C) map
-    aff: tuple | None = None     # pending (scale, shift) over the last axis, to fold into the next linear layer
-    aff_from: str | None = None  # the layer(s) that affine came from, for messages
-    aff_name: str | None = None  # the first of those layers' name: a scale_shift node made of it is named so
-    pad: list | None = None      # a ZeroPadding2D [t, b, l, r] waiting for the next Conv2D/AveragePooling2D
-
-
-IDENTITY_LAYERS = ("InputLayer", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "GaussianNoise",
-                   "GaussianDropout", "AlphaDropout", "ActivityRegularization")
-SUPPORTED_LAYERS = ("InputLayer, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D, "
-                    "ZeroPadding2D, Flatten, Reshape, Dense, "
-                    "Activation, ReLU, Softmax, BatchNormalization, Rescaling, Add, Concatenate (channel axis), "
-                    "Dropout and the other inference no-ops (" + ", ".join(IDENTITY_LAYERS[2:]) + ")")
-
-
-def _bn_affine(c: dict, arrays: dict[str, np.ndarray], names: list[str], channels: int, where: str):
-    """(scale, shift) in float64 of an inference-mode BatchNormalization."""
-    roles = {_role(n): arrays[n] for n in names}
-    if not {"moving_mean", "moving_variance"} <= set(roles):
-        # Keras 3 .keras files number the variables: gamma (if scale), beta (if center), mean, variance.
-        order = (["gamma"] if c.get("scale", True) else []) + (["beta"] if c.get("center", True) else []) + \
-            ["moving_mean", "moving_variance"]
-        if len(order) != len(names):
-            raise ImportFailure(f"{where}: {len(names)} weights, expected {len(order)} ({', '.join(order)})")
-        roles = {r: arrays[n] for r, n in zip(order, names)}
-    for r, v in roles.items():
-        if v.shape != (channels,):
-            raise ImportFailure(f"{where}: {r} has shape {list(v.shape)}, the input has {channels} channels")
-    gamma = roles.get("gamma", np.ones(channels)).astype(np.float64)
-    beta = roles.get("beta", np.zeros(channels)).astype(np.float64)
-    # Keras computes (x - mean) * gamma / sqrt(var + eps) + beta; the scale and shift are that in one.
-    scale = gamma / np.sqrt(roles["moving_variance"].astype(np.float64) + float(c.get("epsilon", 1e-3)))
-    shift = beta - roles["moving_mean"].astype(np.float64) * scale
-    return scale, shift
-
-
-def _per_channel(v, n: int, what: str, where: str) -> np.ndarray:
-    arr = np.asarray(v if v is not None else 0.0, np.float64).reshape(-1)
-    if arr.size == 1:
-        return np.full(n, float(arr[0]))
-    if arr.size != n:
-        raise ImportFailure(f"{where}: {what} has {arr.size} values for {n} channels")
-    return arr
-
-
 def _leading_rescaling(layers, inbound, input_layer) -> dict | None:
     """The Rescaling layer that the model input reaches through no-op layers and Reshapes only."""
     consumers: dict[str, list[str]] = {}
@@ -453,6 +352,81 @@ def _leading_rescaling(layers, inbound, input_layer) -> dict | None:
     return None
 
 
+def _weights_by_layer(kf: KerasFile, config_layers: list[dict]) -> dict:
+    """Layer name -> the file's weights for it: by layer name when the file's names are the config's
+    (model.save), else by position among the layers that have weights (a weights-only file with a
+    renamed architecture)."""
+    weighted_classes = ("Conv2D", "Dense", "BatchNormalization")
+    config_names = [_layer_name(lay) for lay in config_layers]
+    file_names = [w[0] for w in kf.layers]
+    if set(file_names) <= set(config_names):
+        return {w[0]: w for w in kf.layers}
+    slots = [_layer_name(lay) for lay in config_layers if lay.get("class_name") in weighted_classes]
+    if len(slots) != len(kf.layers):
+        raise ImportFailure(f"{kf.path} holds weights for {len(kf.layers)} layers, the architecture uses "
+                            f"{len(slots)} ({', '.join(file_names)} vs {', '.join(slots)})")
+    return dict(zip(slots, kf.layers))
+
+
+def _model_shapes(in_shape: tuple[int, ...]) -> tuple[tuple, tuple]:
+    """(the Keras input shape as (H, W, C) or (K,), the model's input in the engine's [C, H, W] or [K])."""
+    if len(in_shape) == 3:
+        return in_shape, (in_shape[2], in_shape[0], in_shape[1])
+    if len(in_shape) == 2:
+        return in_shape + (1,), (1,) + in_shape  # a [H, W] matrix is one channel
+    return in_shape, in_shape
+
+
+def _layer_input(b: kl.KerasBuild, lay: dict, srcs: list[str], values: dict, consumers: dict) -> kl.KerasLayer:
+    """The layer with its input values, a pending affine applied where the layer cannot take it."""
+    cls, c = lay.get("class_name"), lay.get("config", {})
+    lname = _layer_name(lay)
+    where = f"layer '{lname}' ({cls})"
+    ins = [values[s_] for s_ in srcs]
+    alone = all(consumers.get(s_, 0) == 1 for s_ in srcs)
+    if len(ins) != 1 and cls not in kl.MULTI_INPUT:
+        raise ImportFailure(f"{where}: reads {len(ins)} tensors; only Add and Concatenate take several")
+    v = ins[0] if ins else None
+    if cls not in kl.MULTI_INPUT:
+        v = dataclasses.replace(v, sole=v.sole and alone)
+    if v is not None and v.aff is not None and cls not in kl.TAKES_AFFINE:
+        # No linear layer ahead takes the scale and shift exactly: a scale_shift node applies them.
+        v = b.materialize_aff(v)
+    if v is not None and v.pad is not None and cls not in ("Conv2D", "AveragePooling2D") + kl.IDENTITY_LAYERS:
+        raise ImportFailure(f"{where}: a ZeroPadding2D can only precede Conv2D or AveragePooling2D here")
+    if cls in kl.CONV_LIKE and len(v.k) != 3:
+        raise ImportFailure(f"{where}: needs a [H, W, C] input, gets {list(v.k)}")
+    return kl.KerasLayer(lay, cls, c, lname, where, srcs, ins, v)
+
+
+def _output(b: kl.KerasBuild, out: kl.Value) -> kl.Value:
+    if out.pad is not None:
+        raise ImportFailure("the model ends with a ZeroPadding2D layer")
+    out = b.materialize_aff(out)
+    if out.hwc is not None:
+        raise ImportFailure("the model's output is a flattened channels-last map, whose element order the "
+                            "engine (which flattens channels first) does not reproduce")
+    if len(out.k) == 1 and len(out.e) == 3:
+        out = b.flat_value(out)
+    if out.fv == b.spec["name"] or not b.nodes:
+        raise ImportFailure("the model has no layers to export")
+    return out
+
+
+def _fold_rescaling(pre: dict, rescale_fold) -> None:
+    """The model computes ((u * S - M) / STD) * r + o from the user's preprocessing (S, M, STD):
+    with one scale r that is (u * S*r - (M*r - o*STD)) / STD, the same float32 arithmetic for the
+    usual Rescaling(1/255) on raw pixels (S = 1, M = 0, STD = 1)."""
+    r, o = rescale_fold
+    m, sd = np.asarray(pre["mean"], np.float64), np.asarray(pre["std"], np.float64)
+    if np.all(r == r[0]):
+        pre["scale"] = float(np.float32(pre["scale"] * r[0]))
+        pre["mean"] = [float(x) for x in m * r[0] - o * sd]
+    else:
+        pre["std"] = [float(x) for x in sd / r]
+        pre["mean"] = [float(x) for x in m - o * sd / r]
+
+
 def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, description: str | None):
     """(graph, tensors, user_spec, user_pad, keras_input_rank, weights by layer name) from the file's
     architecture and weights. `user_spec` is the preprocessing the user's own code applies before the
@@ -464,457 +438,47 @@ def graph_from_config(kf: KerasFile, args, like, *, name: str, labels, descripti
     config_layers = _layer_list(kf.config, where_model)[1]
     in_shape = _input_shape(config_layers if input_layer is None else
                             [lay for lay in layers if _layer_name(lay) == input_layer], kf.config, where_model)
-    rank = len(in_shape)
-    if rank == 3:
-        k_in, model_chw = in_shape, (in_shape[2], in_shape[0], in_shape[1])
-    elif rank == 2:
-        k_in, model_chw = in_shape + (1,), (1,) + in_shape  # a [H, W] matrix is one channel
-    else:
-        k_in, model_chw = in_shape, in_shape
+    k_in, model_chw = _model_shapes(in_shape)
     rescale_layer = _leading_rescaling(layers, inbound, input_layer)
     # A model that rescales its own input is fed raw pixel values (0..255) by its users.
     spec, user_pad = ic.input_spec(args, like, model_chw, "the Keras model",
                                    default_scale=1.0 if rescale_layer is not None else None)
     user_spec = json.loads(json.dumps(spec))
-    input_pad = list(user_pad)
-    e_in = tuple(spec["shape"]) if rank == 1 else model_chw
-
     consumers: dict[str, int] = {}
-    for lay in layers:
-        for s_ in inbound[_layer_name(lay)]:
-            consumers[s_] = consumers.get(s_, 0) + 1
-    consumers[out_layer] = consumers.get(out_layer, 0) + 1
-
-    # Weights: by layer name when the file's names are the config's (model.save), else by position
-    # among the layers that have weights (a weights-only file with a renamed architecture).
-    weighted_classes = ("Conv2D", "Dense", "BatchNormalization")
-    config_names = [_layer_name(lay) for lay in config_layers]
-    file_names = [w[0] for w in kf.layers]
-    if set(file_names) <= set(config_names):
-        by_layer = {w[0]: w for w in kf.layers}
-    else:
-        slots = [_layer_name(lay) for lay in config_layers if lay.get("class_name") in weighted_classes]
-        if len(slots) != len(kf.layers):
-            raise ImportFailure(f"{kf.path} holds weights for {len(kf.layers)} layers, the architecture uses "
-                                f"{len(slots)} ({', '.join(file_names)} vs {', '.join(slots)})")
-        by_layer = dict(zip(slots, kf.layers))
-    used_weights: set[str] = set()
-
-    nodes: list[dict] = []
-    tensors: dict[str, np.ndarray] = {}
-    node_by_name: dict[str, dict] = {}
-    taken = {spec["name"]}
-    values: dict[str, _V] = {}
-    rescale_fold = None  # (scale, offset) per channel of a leading Rescaling, folded into preprocessing
-
-    def emit(lname, op, inputs, attrs=None, params=None, fallback=None):
-        nname = ic.node_name(lname, fallback or op, taken)
-        node_by_name[nname] = ic.append_node(nodes, tensors, nname, op, inputs, attrs, params)
-        return nname
-
-    def weights_of(lname, cls):
-        if lname not in by_layer:
-            raise ImportFailure(f"layer '{lname}' ({cls}) has weights but {kf.path} holds none for it")
-        used_weights.add(lname)
-        return by_layer[lname]
-
-    def flat_value(v: _V, lname) -> _V:
-        """`v` as a rank-1 engine value (a flatten node when the engine holds a map)."""
-        if len(v.e) == 1:
-            return v
-        node = emit("flatten", "flatten", [v.fv])
-        return dataclasses.replace(v, fv=node, e=(int(np.prod(v.e)),), sole=True)
-
-    def fold_affine_into(v: _V, kernel, bias, where, conv_valid=None):
-        """Kernel and bias (Keras layouts) of the linear layer after a pending affine."""
-        scale, shift = v.aff
-        k64 = kernel.astype(np.float64)
-        b64 = np.zeros(kernel.shape[-1]) if bias is None else bias.astype(np.float64)
-        if kernel.ndim == 2:  # Dense [in, out]: W (s*x + t) + b
-            new_k, new_b = k64 * scale[:, None], b64 + shift @ k64
-        else:  # Conv2D HWIO without padding: each input channel scaled and shifted
-            if not conv_valid:  # pragma: no cover - callers apply the affine first (materialize_aff)
-                raise ImportFailure(f"{where}: cannot take the scale and shift of {v.aff_from}: its padding "
-                                    "would see shifted zeros")
-            new_k, new_b = k64 * scale[None, None, :, None], b64 + np.einsum("hwio,i->o", k64, shift)
-        return new_k.astype(np.float32), new_b.astype(np.float32)
-
-    def materialize_aff(v: _V) -> _V:
-        """`v` with its pending scale and shift applied by a scale_shift node (where no linear layer can
-        take them exactly), or `v` itself when none is pending."""
-        if v is None or v.aff is None:
-            return v
-        scale, shift = v.aff
-        if len(v.k) == 1 and len(v.e) != 1:
-            v = flat_value(v, v.aff_name)  # a flat Keras vector the engine still holds as a [1, H, W] map
-        if v.hwc is not None:
-            # Keras' flat order is (h, w, c), the engine's (c, h, w): per-feature values follow the engine's.
-            perm = nhwc_to_chw_rows(*v.hwc)
-            scale, shift = scale[perm], shift[perm]
-        if len(scale) != v.e[0]:  # pragma: no cover - the per-channel vectors follow the value's channels
-            raise ImportFailure(f"{v.aff_from}: {len(scale)} scales for a value of shape {list(v.e)}")
-        node = emit(v.aff_name, "scale_shift", [v.fv],
-                    params={"scale": scale.astype(np.float32), "shift": shift.astype(np.float32)})
-        return dataclasses.replace(v, fv=node, sole=True, aff=None, aff_from=None, aff_name=None)
-
-    def add_act(lname, act, v: _V) -> _V:
-        if act == "linear":
-            return v
-        if act == "softmax" and len(v.k) != 1:
-            raise ImportFailure(f"layer '{lname}': softmax over a {len(v.k)}-D map is not supported")
-        node = emit(f"{lname}_{act}", ACTIVATIONS[act], [v.fv])
-        return dataclasses.replace(v, fv=node, sole=True)
-
-    def concatenate(lname, where, c, ins: list[_V]) -> _V:
-        """A concat node along the engine's channels: Keras' channel axis of [H, W, C] maps, or the
-        feature axis of flat vectors (axis -1 either way, with the batch axis counted)."""
-        if len(ins) < 2:
-            raise ImportFailure(f"{where}: concatenates {len(ins)} tensor; format v1's concat needs 2 or more")
-        ins = [materialize_aff(x) for x in ins]
-        for x in ins:
-            if x.pad is not None:
-                raise ImportFailure(f"{where}: an input still carries a ZeroPadding2D, which only a following "
-                                    "Conv2D or AveragePooling2D can take")
-        rank = len(ins[0].k)
-        if any(len(x.k) != rank for x in ins):
-            raise ImportFailure(f"{where}: concatenates tensors of shapes {[list(x.k) for x in ins]}; "
-                                "their ranks differ")
-        axis = c.get("axis", -1)
-        if axis not in (-1, rank):
-            raise ImportFailure(f"{where}: concatenates along axis {axis} of {[list(x.k) for x in ins]}; format "
-                                "v1's concat joins channels only (axis -1 of [H, W, C] maps, or of flat vectors)")
-        if any(tuple(x.k[:-1]) != tuple(ins[0].k[:-1]) for x in ins):
-            raise ImportFailure(f"{where}: concatenates shapes {[list(x.k) for x in ins]}; all but the last "
-                                "dimension must be equal")
-        if rank == 1:
-            if any(x.hwc is not None for x in ins):
-                raise ImportFailure(f"{where}: concatenates flattened channels-last maps, whose element order the "
-                                    "engine (which flattens channels first) does not keep across the join; "
-                                    "rewrite: concatenate the maps along channels, then Flatten")
-            ins = [flat_value(x, lname) for x in ins]
-        total = int(sum(x.k[-1] for x in ins))
-        node = emit(lname, "concat", [x.fv for x in ins])
-        if rank == 1:
-            return _V(node, (total,), (total,))
-        if rank != 3:  # pragma: no cover - Keras tensors here are flat vectors or [H, W, C] maps
-            raise ImportFailure(f"{where}: concatenates rank-{rank} tensors")
-        h, w = ins[0].k[0], ins[0].k[1]
-        return _V(node, (h, w, total), (total, h, w))
-
+    for s_ in [s_ for lay in layers for s_ in inbound[_layer_name(lay)]] + [out_layer]:
+        consumers[s_] = consumers.get(s_, 0) + 1
+    by_layer = _weights_by_layer(kf, config_layers)
+    b = kl.KerasBuild(kf.path, by_layer, spec, user_pad, rescale_layer)
     if input_layer is None:  # a Sequential model whose first layer states the input shape
         input_layer = "<input>"
         inbound[_layer_name(layers[0])] = [input_layer]
         consumers[input_layer] = 1
-    values[input_layer] = _V(spec["name"], k_in, e_in)
-
+    values = {input_layer: kl.Value(spec["name"], k_in, tuple(spec["shape"]) if len(in_shape) == 1 else model_chw)}
     for lay in layers:
-        cls, c = lay.get("class_name"), lay.get("config", {})
-        lname = _layer_name(lay)
-        where = f"layer '{lname}' ({cls})"
-        srcs = inbound[lname]
+        c = lay.get("config", {})
         if c.get("data_format", "channels_last") != "channels_last":
-            raise ImportFailure(f"{where}: data_format {c['data_format']!r}; only channels_last is supported")
-        if cls == "InputLayer":
+            raise ImportFailure(f"layer '{_layer_name(lay)}' ({lay.get('class_name')}): data_format "
+                                f"{c['data_format']!r}; only channels_last is supported")
+        if lay.get("class_name") == "InputLayer":
             continue
-        ins = [values[s_] for s_ in srcs]
-        alone = all(consumers.get(s_, 0) == 1 for s_ in srcs)
-        if len(ins) != 1 and cls not in ("Add", "Concatenate"):
-            raise ImportFailure(f"{where}: reads {len(ins)} tensors; only Add and Concatenate take several")
-        v = ins[0] if ins else None
-        if cls not in ("Add", "Concatenate"):
-            v = dataclasses.replace(v, sole=v.sole and alone)
-        if v is not None and v.aff is not None and cls not in IDENTITY_LAYERS + (
-                "BatchNormalization", "Rescaling", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten",
-                "GlobalAveragePooling2D", "GlobalMaxPooling2D", "Add", "Concatenate"):
-            # No linear layer ahead takes the scale and shift exactly: a scale_shift node applies them.
-            v = materialize_aff(v)
-        if v is not None and v.pad is not None and cls not in ("Conv2D", "AveragePooling2D") + IDENTITY_LAYERS:
-            raise ImportFailure(f"{where}: a ZeroPadding2D can only precede Conv2D or AveragePooling2D here")
-
-        if cls in IDENTITY_LAYERS:
-            values[lname] = v
-            continue
-        if cls in CONV_LIKE and len(v.k) != 3:
-            raise ImportFailure(f"{where}: needs a [H, W, C] input, gets {list(v.k)}")
-
-        if cls == "ZeroPadding2D":
-            p = c.get("padding", 1)
-            if isinstance(p, int):
-                t = b = l = r = p
-            else:
-                (t, b), (l, r) = (_pair(p[0], "padding", where), _pair(p[1], "padding", where)) \
-                    if isinstance(p[0], (list, tuple)) else ((p[0], p[0]), (p[1], p[1]))
-            if v.pad is not None:
-                raise ImportFailure(f"{where}: two ZeroPadding2D layers in a row are not supported")
-            k_new = (v.k[0] + t + b, v.k[1] + l + r, v.k[2])
-            if v.fv == spec["name"] and not nodes and v.sole and rescale_fold is None:
-                input_pad = [a_ + q for a_, q in zip(input_pad, (t, b, l, r))]
-                values[lname] = _V(spec["name"], k_new, (k_new[2], k_new[0], k_new[1]))
-            else:
-                values[lname] = dataclasses.replace(v, k=k_new, pad=[t, b, l, r])
-            continue
-        if cls == "Conv2D":
-            if _pair(c.get("dilation_rate", 1), "dilation_rate", where) != (1, 1) or c.get("groups", 1) != 1:
-                raise ImportFailure(f"{where}: only dilation_rate 1 and groups 1 are supported")
-            wname, arrays, names = weights_of(lname, cls)
-            kernel, bias = _kernel_bias(wname, arrays, names, f"{kf.path}")
-            kh, kw = _pair(c["kernel_size"], "kernel_size", where)
-            sh, sw = _pair(c.get("strides", 1), "strides", where)
-            h, w, ch = v.k
-            if kernel.shape != (kh, kw, ch, c["filters"]):
-                raise ImportFailure(f"{where}: kernel has shape {list(kernel.shape)}, the layer needs "
-                                    f"{[kh, kw, ch, c['filters']]} (HWIO)")
-            if c.get("use_bias", True) != (bias is not None):
-                raise ImportFailure(f"{where}: use_bias is {c.get('use_bias', True)} but the file "
-                                    f"{'has no' if bias is None else 'has a'} bias")
-            padding = c.get("padding", "valid")
-            if padding == "valid":
-                pads = [0, 0, 0, 0]
-            elif padding == "same":
-                pads = list(_same(h, kh, sh) + _same(w, kw, sw))
-            else:
-                raise ImportFailure(f"{where}: padding {padding!r} is not supported (valid, same)")
-            oh = (h + pads[0] + pads[1] - kh) // sh + 1
-            ow = (w + pads[2] + pads[3] - kw) // sw + 1
-            if v.aff is not None and (padding != "valid" or v.pad is not None):
-                # Padding would see shifted zeros: the scale and shift run before the convolution.
-                v = materialize_aff(v)
-            if v.aff is not None:
-                kernel, bias = fold_affine_into(v, kernel, bias, where, conv_valid=True)
-            if v.pad:  # `v.k` already includes the pending ZeroPadding2D, which the node's padding absorbs
-                pads = [a_ + q for a_, q in zip(pads, v.pad)]
-            node = emit(lname, "conv2d", [v.fv], {"out_channels": int(c["filters"]), "kernel": [kh, kw],
-                                                  "stride": [sh, sw], "padding": pads},
-                        {"weight": kernel.transpose(3, 2, 0, 1), "bias": bias})  # HWIO -> OIHW
-            out = _V(node, (oh, ow, int(c["filters"])), (int(c["filters"]), oh, ow))
-            values[lname] = add_act(lname, _act_name(c.get("activation", "linear"), where), out)
-        elif cls in ("GlobalAveragePooling2D", "GlobalMaxPooling2D"):
-            # A pool whose window is the whole map: exactly an avgpool/maxpool node.
-            h, w, ch = v.k
-            is_max = cls == "GlobalMaxPooling2D"
-            if is_max and v.aff is not None and not np.all(v.aff[0] > 0):
-                v = materialize_aff(v)  # a non-positive scale does not commute with the maximum
-            if v.pad is not None:
-                raise ImportFailure(f"{where}: a ZeroPadding2D before global pooling is not supported")
-            attrs = {"kernel": [h, w], "stride": [1, 1], "padding": [0, 0, 0, 0]}
-            if not is_max:
-                attrs["count_include_pad"] = False
-            node = emit(lname, "maxpool" if is_max else "avgpool", [v.fv], attrs)
-            pooled = _V(node, (1, 1, ch), (ch, 1, 1), aff=v.aff, aff_from=v.aff_from, aff_name=v.aff_name)
-            if c.get("keepdims", False):
-                values[lname] = pooled
-            else:  # [C]: the flatten of a 1x1 map has the same order in Keras and the engine
-                values[lname] = dataclasses.replace(pooled, fv=emit(f"{lname}_flatten", "flatten", [node]),
-                                                    k=(ch,), e=(ch,))
-        elif cls in ("MaxPooling2D", "AveragePooling2D"):
-            kh, kw = _pair(c.get("pool_size", 2), "pool_size", where)
-            sh, sw = _pair(c.get("strides") or (kh, kw), "strides", where)
-            h, w, ch = v.k
-            padding = c.get("padding", "valid")
-            if padding == "valid":
-                pads = [0, 0, 0, 0]
-            elif padding == "same":
-                pads = list(_same(h, kh, sh) + _same(w, kw, sw))
-            else:
-                raise ImportFailure(f"{where}: padding {padding!r} is not supported (valid, same)")
-            oh = (h + pads[0] + pads[1] - kh) // sh + 1
-            ow = (w + pads[2] + pads[3] - kw) // sw + 1
-            if cls == "MaxPooling2D":
-                if v.aff is not None and not np.all(v.aff[0] > 0):
-                    v = materialize_aff(v)  # a non-positive scale does not commute with the maximum
-                attrs = {"kernel": [kh, kw], "stride": [sh, sw], "padding": pads}
-                op = "maxpool"
-            else:
-                # TensorFlow averages over the positions inside the input ('same' padding excluded).
-                include = False
-                if v.pad:
-                    if padding != "valid":
-                        raise ImportFailure(f"{where}: a ZeroPadding2D before 'same' average pooling is not supported")
-                    pads, include = list(v.pad), True
-                attrs = {"kernel": [kh, kw], "stride": [sh, sw], "padding": pads, "count_include_pad": include}
-                op = "avgpool"
-            if oh < 1 or ow < 1:
-                raise ImportFailure(f"{where}: pool {kh}x{kw} does not fit the {h}x{w} input")
-            node = emit(lname, op, [v.fv], attrs)
-            # A per-channel affine commutes with averaging and (positive scales) with the maximum.
-            values[lname] = _V(node, (oh, ow, ch), (ch, oh, ow), aff=v.aff, aff_from=v.aff_from, aff_name=v.aff_name)
-        elif cls in ("Flatten", "Reshape"):
-            if cls == "Reshape":
-                target = [int(d) for d in c["target_shape"]]
-                total = int(np.prod(v.k))
-                if target.count(-1) == 1:
-                    known = int(np.prod([d for d in target if d != -1]))
-                    target[target.index(-1)] = total // known if known else 0
-                if int(np.prod(target)) != total:
-                    raise ImportFailure(f"{where}: cannot reshape {list(v.k)} to {c['target_shape']}")
-            else:
-                target = [int(np.prod(v.k))]
-            if len(target) == 1:  # to a flat vector: a Flatten
-                if len(v.k) == 3:
-                    h, w, ch = v.k
-                    aff = None if v.aff is None else (np.tile(v.aff[0], h * w), np.tile(v.aff[1], h * w))
-                    node = emit(lname, "flatten", [v.fv])
-                    values[lname] = dataclasses.replace(v, fv=node, e=(h * w * ch,), k=(h * w * ch,), sole=True,
-                                                        hwc=(h, w, ch) if ch > 1 and h * w > 1 else None, aff=aff)
-                else:
-                    values[lname] = v
-                continue
-            # To a map: [H, W] or [H, W, C] (Keras channels last).
-            t3 = tuple(target) + (1,) if len(target) == 2 else tuple(target)
-            if len(t3) != 3:
-                raise ImportFailure(f"{where}: reshape to {c['target_shape']} is not supported (only to [K], "
-                                    "[H, W] or [H, W, C])")
-            v = materialize_aff(v)
-            if len(v.k) == 3 and tuple(v.k) == t3:
-                values[lname] = v
-            elif len(v.k) == 1 and v.hwc is None and len(v.e) == 3 and tuple(v.e) == (t3[2], t3[0], t3[1]) \
-                    and (t3[2] == 1 or tuple(v.e) == (1,) + tuple(v.e[1:])):
-                # The flat vector is the engine's [1, H, W] map read row by row: nothing to do.
-                values[lname] = dataclasses.replace(v, k=t3)
-            else:
-                raise ImportFailure(f"{where}: reshape of {list(v.k)} to {c['target_shape']} has no format-v1 "
-                                    "op; supported: a flat model input (e.g. 784) to [H, W] or [H, W, 1] matching "
-                                    f"the raw image {spec['shape']}, and any map to a flat vector")
-        elif cls == "Dense":
-            if len(v.k) != 1:
-                raise ImportFailure(f"{where}: Dense on a {len(v.k)}-D input (Keras applies it per position); "
-                                    "only Dense after Flatten (or on a flat input) is supported")
-            wname, arrays, names = weights_of(lname, cls)
-            kernel, bias = _kernel_bias(wname, arrays, names, f"{kf.path}")
-            units = int(c["units"])
-            if kernel.shape != (v.k[0], units):
-                raise ImportFailure(f"{where}: kernel has shape {list(kernel.shape)}, the layer needs "
-                                    f"{[v.k[0], units]} ([in, out])")
-            if c.get("use_bias", True) != (bias is not None):
-                raise ImportFailure(f"{where}: use_bias is {c.get('use_bias', True)} but the file "
-                                    f"{'has no' if bias is None else 'has a'} bias")
-            if v.aff is not None:
-                kernel, bias = fold_affine_into(v, kernel, bias, where)
-            if v.hwc is not None:
-                # Keras' input k is pixel (h, w, c) flattened as (h*W + w)*C + c; the engine's is
-                # (c*H + h)*W + w. Reorder the kernel's rows into the engine's order.
-                kernel = kernel[nhwc_to_chw_rows(*v.hwc)]
-            x = flat_value(v, lname)
-            node = emit(lname, "dense", [x.fv], {"units": units}, {"weight": kernel.T, "bias": bias})
-            values[lname] = add_act(lname, _act_name(c.get("activation", "linear"), where),
-                                    _V(node, (units,), (units,)))
-        elif cls in ("BatchNormalization", "Rescaling"):
-            channels = v.k[-1]
-            if cls == "BatchNormalization":
-                axis = c.get("axis", -1)
-                axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
-                if axis not in (-1, len(v.k)):
-                    raise ImportFailure(f"{where}: normalizes axis {c.get('axis')}; only the channel (last) axis "
-                                        "is supported")
-                wname, arrays, names = weights_of(lname, cls)
-                scale, shift = _bn_affine(c, arrays, names, channels, where)
-            else:
-                scale = _per_channel(c.get("scale", 1.0), channels, "scale", where)
-                shift = _per_channel(c.get("offset", 0.0), channels, "offset", where)
-            prod = node_by_name.get(v.fv)
-            if lay is rescale_layer and v.fv == spec["name"] and not nodes and v.sole and not any(input_pad) \
-                    and v.pad is None and v.aff is None:
-                if not np.all(scale > 0):
-                    raise ImportFailure(f"{where}: a non-positive scale cannot become the input preprocessing")
-                rescale_fold = (scale, shift)
-                values[lname] = v
-            elif v.aff is None and v.pad is None and v.sole and prod is not None and \
-                    prod["op"] in ("conv2d", "dense") and len(srcs) == 1:
-                # Into the Conv2D/Dense just before: y = s * (W x + b) + t.
-                wt, bt = prod["tensors"]["weight"], prod["tensors"].get("bias")
-                w64 = tensors[wt].astype(np.float64)
-                tensors[wt] = (w64 * scale.reshape((-1,) + (1,) * (w64.ndim - 1))).astype(np.float32)
-                b64 = tensors[bt].astype(np.float64) if bt else np.zeros(len(scale))
-                bt = bt or f"{prod['name']}.bias"
-                prod["tensors"]["bias"] = bt
-                tensors[bt] = (b64 * scale + shift).astype(np.float32)
-                values[lname] = v
-            else:  # carried to the next linear layer
-                if v.aff is not None:
-                    scale, shift = v.aff[0] * scale, v.aff[1] * scale + shift
-                src_txt = f"{where}" if v.aff is None else f"{v.aff_from} and {where}"
-                values[lname] = dataclasses.replace(v, aff=(scale, shift), aff_from=src_txt,
-                                                    aff_name=v.aff_name if v.aff is not None else lname)
-        elif cls == "Activation":
-            act = _act_name(c.get("activation"), where)
-            if act == "linear":
-                values[lname] = v
-            else:
-                if act == "softmax" and len(v.k) != 1:
-                    raise ImportFailure(f"{where}: softmax over a {len(v.k)}-D map is not supported")
-                x = flat_value(v, lname) if act == "softmax" else v
-                values[lname] = dataclasses.replace(x, fv=emit(lname, ACTIVATIONS[act], [x.fv]), sole=True)
-        elif cls == "ReLU":
-            if c.get("max_value") is not None or float(c.get("negative_slope", 0) or 0) != 0 \
-                    or float(c.get("threshold", 0) or 0) != 0:
-                raise ImportFailure(f"{where}: only ReLU without max_value, negative_slope, threshold is supported")
-            node = emit(lname, "relu", [v.fv])
-            values[lname] = dataclasses.replace(v, fv=node, sole=True)
-        elif cls == "Softmax":
-            if len(v.k) != 1 or c.get("axis", -1) not in (-1, 1):
-                raise ImportFailure(f"{where}: only softmax over the last axis of a flat value is supported")
-            x = flat_value(v, lname)
-            node = emit(lname, "softmax", [x.fv])
-            values[lname] = dataclasses.replace(x, fv=node, sole=True)
-        elif cls == "Add":
-            if len(ins) != 2:
-                raise ImportFailure(f"{where}: adds {len(ins)} tensors; only 2 are supported")
-            for x in ins:
-                if x.pad is not None:
-                    raise ImportFailure(f"{where}: an input still carries a ZeroPadding2D, which only a following "
-                                        "Conv2D or AveragePooling2D can take")
-            a_, b_ = [materialize_aff(x) for x in ins]
-            if a_.k != b_.k or a_.hwc != b_.hwc:
-                raise ImportFailure(f"{where}: adds shapes {list(a_.k)} and {list(b_.k)}; only equal shapes")
-            if len(a_.e) != len(b_.e):
-                a_, b_ = flat_value(a_, lname), flat_value(b_, lname + "_b")
-            node = emit(lname, "add", [a_.fv, b_.fv])
-            values[lname] = _V(node, a_.k, a_.e, hwc=a_.hwc)
-        elif cls == "Concatenate":
-            values[lname] = concatenate(lname, where, c, ins)
-        else:
-            raise ImportFailure(f"{where}: no format-v1 op for this layer (supported: {SUPPORTED_LAYERS})")
-
-    out = values[out_layer]
-    if out.pad is not None:
-        raise ImportFailure("the model ends with a ZeroPadding2D layer")
-    out = materialize_aff(out)
-    if out.hwc is not None:
-        raise ImportFailure("the model's output is a flattened channels-last map, whose element order the "
-                            "engine (which flattens channels first) does not reproduce")
-    if len(out.k) == 1 and len(out.e) == 3:
-        out = flat_value(out, out_layer)
-    if out.fv == spec["name"] or not nodes:
-        raise ImportFailure("the model has no layers to export")
-    unused = [w[0] for w in kf.layers if w[0] not in used_weights]
+        layer = _layer_input(b, lay, inbound[_layer_name(lay)], values, consumers)
+        if layer.cls not in kl.HANDLERS:
+            raise ImportFailure(f"{layer.where}: no format-v1 op for this layer (supported: {kl.SUPPORTED_LAYERS})")
+        values[layer.lname] = kl.HANDLERS[layer.cls](b, layer)
+    out = _output(b, values[out_layer])
+    unused = [w[0] for w in kf.layers if w[0] not in b.used_weights]
     if unused:
         raise ImportFailure(f"{kf.path} holds weights for {len(kf.layers)} layers, the architecture uses "
-                            f"{len(used_weights)} ({', '.join(unused)} left over)")
+                            f"{len(b.used_weights)} ({', '.join(unused)} left over)")
     pre = spec["preprocess"]
-    if rescale_fold is not None:
-        # The model computes ((u * S - M) / STD) * r + o from the user's preprocessing (S, M, STD):
-        # with one scale r that is (u * S*r - (M*r - o*STD)) / STD, the same float32 arithmetic for
-        # the usual Rescaling(1/255) on raw pixels (S = 1, M = 0, STD = 1).
-        r, o = rescale_fold
-        m, sd = np.asarray(pre["mean"], np.float64), np.asarray(pre["std"], np.float64)
-        if np.all(r == r[0]):
-            pre["scale"] = float(np.float32(pre["scale"] * r[0]))
-            pre["mean"] = [float(x) for x in m * r[0] - o * sd]
-        else:
-            pre["std"] = [float(x) for x in sd / r]
-            pre["mean"] = [float(x) for x in m - o * sd / r]
-    if any(input_pad):
-        pre["pad"] = input_pad
+    if b.rescale_fold is not None:
+        _fold_rescaling(pre, b.rescale_fold)
+    if any(b.input_pad):
+        pre["pad"] = b.input_pad
         pre["pad_value"] = 0.0
-    graph = {"name": name}
-    if description:
-        graph["description"] = description
-    graph.update({"weights": {"file": f"{name}.safetensors", "sha256": "0" * 64}, "input": spec})
-    if labels is not None:
-        graph["labels"] = list(labels)
-    graph.update({"nodes": nodes, "outputs": [out.fv]})
+    graph = graph_object(name, description, spec, labels, b.nodes, [out.fv])
     weights_by_name = {lname: [w[1][n] for n in w[2]] for lname, w in by_layer.items()}
-    return graph, tensors, user_spec, user_pad, rank, weights_by_name
+    return graph, b.tensors, user_spec, user_pad, len(in_shape), weights_by_name
 
 
 # --------------------------------------------------------------------------------------------------
@@ -947,7 +511,7 @@ def graph_from_like(kf: KerasFile, like, *, name: str, labels, description: str 
                             f"conv2d/dense node(s) ({', '.join(n['name'] for n in slots)})")
     tensors = {}
     for node, (lname, arrays, names) in zip(slots, kf.layers):
-        kernel, bias = _kernel_bias(lname, arrays, names, str(kf.path))
+        kernel, bias = kernel_bias(lname, arrays, names, str(kf.path))
         roles = node.get("tensors", {})
         want = tuple(like.tensors[roles["weight"]].shape)
         where = f"Keras layer '{lname}' for node '{node['name']}' ({node['op']})"
@@ -1013,7 +577,7 @@ def keras_config_for_graph(graph: dict) -> tuple[dict, list[int], int] | None:
             k = a["kernel"]
             s = a.get("stride", [1, 1] if op == "conv2d" else k)
             p = list(a.get("padding", [0, 0, 0, 0]))
-            same = list(_same(x[1], k[0], s[0]) + _same(x[2], k[1], s[1]))
+            same = list(same_pads(x[1], k[0], s[0]) + same_pads(x[2], k[1], s[1]))
             if not any(p):
                 mode = "valid"
             elif p == same and (op != "avgpool" or not a["count_include_pad"]):
@@ -1135,7 +699,6 @@ def load(args, like):
 
 
 def register(sub) -> None:
-    from .export_cli import _common
     p = sub.add_parser(
         "keras", help="a Keras file: a Keras 3 .keras zip or a .h5 whole model (model.save), or .h5 weights "
                       "(model.save_weights) with --arch MODEL.json or --like GRAPH.json",
@@ -1156,5 +719,5 @@ def register(sub) -> None:
     p.add_argument("--arch", help="the architecture as Keras JSON (model.to_json()), for a weights-only file")
     p.add_argument("--pad", help="zero padding the user's code adds around each raw image before the model: P "
                                  "or T,B,L,R (default: the model's input size minus the image size, halved)")
-    _common(p)
+    add_common_args(p)
     p.set_defaults(load=load, export_checked=ic.export_checked)

@@ -583,4 +583,7 @@ def to_torch(model: Model):
     Only long-standing torch.nn.functional calls are used, so it runs on torch 1.13 through 2.x.
     """
     from . import _torch_graph
-    return _torch_graph.GraphModule(model)
+    graph = model.graph
+    shapes = validate(graph, model.tensors, where=str(model.path or graph.get("name", "model")))
+    order = topological_order(graph["nodes"], graph["input"]["name"])
+    return _torch_graph.GraphModule(graph, model.tensors, shapes, order)
