@@ -26,6 +26,7 @@ CORPUS = pathlib.Path(os.environ.get("IMPORT_CORPUS_DIR", REPO / "build-corpus")
 BOUND = export.DEFAULT_TOLERANCE
 MIN_AGREEMENT = 0.9995
 
+sys.path.insert(0, str(REPO / "tests" / "python" / "corpus"))  # the generator beside its test
 import make_import_corpus  # noqa: E402
 
 
