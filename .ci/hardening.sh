@@ -4,7 +4,8 @@
 #      test suite and the libFuzzer targets, in build-asan/;
 #   2. ctest on it: every GoogleTest suite, the regression replays (tests/regressions) and each
 #      fuzzer run once over its committed seeds and regression inputs;
-#   3. the malformed corpus (tools/make_malformed_corpus.py, over a thousand broken models and data
+#   3. the malformed corpus (tests/python/corpus/make_malformed_corpus.py, over a thousand broken
+#      models and data
 #      files) against the sanitized `engine`: every case must exit 1 with one error line;
 #   4. each fuzzer for FUZZ_SECONDS (default 30), seeded from the project's real files.
 # Any failure, sanitizer report or fuzzer finding fails the script. A fuzzer's finding is saved in
@@ -12,7 +13,7 @@
 # and commit the file to tests/regressions/NAME/ so it stays fixed.
 #
 # Needs clang 14 with its libFuzzer/sanitizer runtimes and LLVM's OpenMP (Debian: clang-14,
-# libclang-rt-14-dev, libomp-14-dev), plus what tools/setup.sh installs.
+# libclang-rt-14-dev, libomp-14-dev), plus what scripts/setup.sh installs.
 # Environment: FUZZ_SECONDS (0 skips fuzzing), ASAN_BUILD_DIR (default build-asan), JOBS (nproc),
 # SKIP_CORPUS=1, SKIP_CTEST=1.
 set -euo pipefail
@@ -76,7 +77,7 @@ fi
 
 if [[ "${SKIP_CORPUS:-0}" != 1 ]]; then
   step "malformed corpus against the sanitized engine"
-  "$PYTHON" tools/make_malformed_corpus.py "$BUILD/malformed-corpus"
+  "$PYTHON" tests/python/corpus/make_malformed_corpus.py "$BUILD/malformed-corpus"
   ENGINE_BIN=$ENGINE_BIN MALFORMED_CORPUS=$PWD/$BUILD/malformed-corpus MALFORMED_ALL=1 MALFORMED_TIMEOUT=${MALFORMED_TIMEOUT:-120} \
     MALFORMED_JOBS=$JOBS "$PYTHON" -m pytest -q -p no:cacheprovider tests/python/test_malformed_corpus.py
   done_step "malformed corpus"

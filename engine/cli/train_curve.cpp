@@ -20,25 +20,10 @@ namespace {
 
 std::string optional_number(const std::optional<double>& v) { return v ? fmt::format("{:.9g}", *v) : ""; }
 
-// tools/plot_training.py: ENGINE_TOOLS_DIR, else beside the executable's folder (build/engine ->
-// tools/), else the source tree this binary was built from.
-std::optional<std::string> find_plot_tool() {
-  std::vector<std::filesystem::path> candidates;
-  if (const char* dir = std::getenv("ENGINE_TOOLS_DIR")) candidates.emplace_back(dir);
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "tools");
-  candidates.emplace_back(std::filesystem::path(ENGINE_SOURCE_DIR) / "tools");
-  for (const auto& dir : candidates) {
-    const auto tool = dir / "plot_training.py";
-    if (std::filesystem::is_regular_file(tool, ec)) return tool.string();
-  }
-  return std::nullopt;
-}
-
-// PYTHON TOOL JSON -o PNG, without a shell (paths may hold any character). True when it drew.
-bool run_plot(const std::string& python, const std::string& tool, const std::string& json, const std::string& png) {
-  std::vector<std::string> args{python, tool, json, "-o", png};
+// PYTHON -m cnnengine.plot_training JSON -o PNG, without a shell (paths may hold any character).
+// True when it drew: false also when that Python lacks the package or matplotlib.
+bool run_plot(const std::string& python, const std::string& json, const std::string& png) {
+  std::vector<std::string> args{python, "-m", "cnnengine.plot_training", json, "-o", png};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -49,14 +34,19 @@ bool run_plot(const std::string& python, const std::string& tool, const std::str
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-// Interpreters to try, in order: ENGINE_PYTHON alone when set; else the project's .venv beside
-// tools/, the system's, the PATH's.
-std::vector<std::string> pythons(const std::string& tool) {
+// Interpreters to try, in order: ENGINE_PYTHON alone when set (the wheel's `engine` entry point
+// sets it to the Python it runs under); else the checkout's .venv beside the build folder
+// (build/engine -> .venv), the source tree's .venv, the system's, the PATH's.
+std::vector<std::string> pythons() {
   if (const char* forced = std::getenv("ENGINE_PYTHON")) return {forced};
-  std::vector<std::string> out;
+  std::vector<std::filesystem::path> venvs;
   std::error_code ec;
-  const auto venv = std::filesystem::path(tool).parent_path().parent_path() / ".venv" / "bin" / "python";
-  if (std::filesystem::exists(venv, ec)) out.push_back(venv.string());
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) venvs.push_back(exe.parent_path().parent_path() / ".venv" / "bin" / "python");
+  venvs.push_back(std::filesystem::path(ENGINE_SOURCE_DIR) / ".venv" / "bin" / "python");
+  std::vector<std::string> out;
+  for (const auto& venv : venvs)
+    if (std::filesystem::exists(venv, ec)) out.push_back(venv.string());
   if (std::filesystem::exists("/usr/bin/python3", ec)) out.push_back("/usr/bin/python3");
   out.push_back("python3");
   return out;
@@ -102,20 +92,15 @@ std::vector<std::string> write_curve(const std::string& base, const TrainingCurv
   write_file_atomically(json, [&](std::ostream& out) { out << doc.dump(1) << "\n"; });
   std::vector<std::string> written{csv, json};
   if (!plot) return written;
-  const auto tool = find_plot_tool();
-  if (!tool) {
-    spdlog::warn("no PNG curve: tools/plot_training.py not found (set ENGINE_TOOLS_DIR); the curve is in {} and {}", csv,
-                 json);
-  } else {
-    bool drawn = false;
-    for (const std::string& python : pythons(*tool))
-      if ((drawn = run_plot(python, *tool, json, png))) break;
-    if (drawn)
-      written.push_back(png);
-    else
-      spdlog::warn("no PNG curve: `python3 {} {} -o {}` failed (python3 with matplotlib needed); the curve is in {} and {}",
-                   *tool, json, png, csv, json);
-  }
+  bool drawn = false;
+  for (const std::string& python : pythons())
+    if ((drawn = run_plot(python, json, png))) break;
+  if (drawn)
+    written.push_back(png);
+  else
+    spdlog::warn("no PNG curve: `python3 -m cnnengine.plot_training {} -o {}` failed (a Python with the cnnengine "
+                 "package and matplotlib is needed; ENGINE_PYTHON names one); the curve is in {} and {}",
+                 json, png, csv, json);
   return written;
 }
 

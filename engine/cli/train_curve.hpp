@@ -1,8 +1,8 @@
 #pragma once
 // The learning curve of `engine train`, written beside the output model: OUT.curve.csv (one row
 // per epoch), OUT.curve.json (the epochs, every step's loss and learning rate, and how the run was
-// made) and OUT.curve.png, drawn by tools/plot_training.py when python3 with matplotlib is there
-// (otherwise a warning says so and the CSV/JSON remain).
+// made) and OUT.curve.png, drawn by `python -m cnnengine.plot_training` where a Python with the
+// package and matplotlib is there (otherwise a warning says so and the CSV/JSON remain).
 #include <cstdint>
 #include <optional>
 #include <string>

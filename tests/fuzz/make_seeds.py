@@ -33,7 +33,6 @@ except ImportError:  # pragma: no cover
     Image = None
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
 from cnnengine import allops  # noqa: E402
 BLOB_SEPARATOR = b"\n#--weights--#\n"  # fuzz_support.hpp: kBlobSeparator
 

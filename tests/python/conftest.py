@@ -1,11 +1,17 @@
-"""Shared fixtures: tools/ on sys.path, the repository root, the engine binary if built."""
+"""Shared fixtures: the repository root, the test machine's thread count. The package under test is
+the installed cnnengine (scripts/setup.sh installs it into .venv); nothing here edits sys.path.
+
+Defaults for the checkout: the shared data folder is ../shared/data (where the project keeps MNIST)
+and the engine under test is build/engine when built (else the package's own copy)."""
+import os
 import pathlib
-import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
+os.environ.setdefault("CNN_SHARED_DATA", str(REPO.parent / "shared" / "data"))
+if (REPO / "build" / "engine").is_file():
+    os.environ.setdefault("ENGINE_BIN", str(REPO / "build" / "engine"))
 
 
 @pytest.fixture(scope="session")

@@ -4,13 +4,10 @@
 interpreter, optionally perturbed by $FAKE_ENGINE_OFFSET, to test both outcomes of the check."""
 import argparse
 import os
-import pathlib
-import sys
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
-from cnnengine import datasets, model_format  # noqa: E402
+from cnnengine import datasets, model_format
 
 p = argparse.ArgumentParser()
 p.add_argument("cmd", choices=["run"])

@@ -1,4 +1,4 @@
-"""tools/bench_jax.py on JAX's CPU backend: it runs, its built-in reference check passes on a model
+"""benchmarks/bench_jax.py on JAX's CPU backend: it runs, its built-in reference check passes on a model
 that uses every op with the awkward attributes (asymmetric padding, strides, count_include_pad both
 ways, padded max pooling), it writes the cnn-engine-bench/1 JSON with sane fields and the engine /
 JAX ratios, and its check does fail on a wrong model. No timing assertions.
@@ -19,7 +19,7 @@ jax = pytest.importorskip("jax")
 from cnnengine import model_format as mf  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "tools" / "bench_jax.py"
+SCRIPT = REPO / "benchmarks" / "bench_jax.py"
 FAST = ["--warmup", "5", "--iterations", "2", "--duration", "0.02", "--repetitions", "2"]
 
 
@@ -89,8 +89,10 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bench_jax():
-    sys.path.insert(0, str(SCRIPT.parent))
-    import bench_jax as module
+    # The script as a module; its sibling peer_bench is found beside it, as when it runs.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(SCRIPT.parent))
+        import bench_jax as module
     return module
 
 

@@ -1,10 +1,10 @@
-"""CPU-only smoke of the benchmarks: `engine bench MODEL`, `engine bench ops`, tools/bench_torch.py and
-tools/plot_bench.py run, exit 0 and write JSON with sane fields. No timing assertions: the numbers
+"""CPU-only smoke of the benchmarks: `engine bench MODEL`, `engine bench ops`, benchmarks/bench_torch.py and
+benchmarks/plot_bench.py run, exit 0 and write JSON with sane fields. No timing assertions: the numbers
 depend on the machine; only their consistency is checked (min <= median <= max, rates > 0, ...).
 
 A small LeNet-shaped model with random weights is written by the test itself, so nothing committed is
-needed. The engine is $ENGINE_BIN, else the first built of export.ENGINE_CANDIDATES; skipped when
-none is built. Kept short (a few seconds): tiny batches, durations of tens of milliseconds.
+needed. The engine is export.engine_binary()'s ($ENGINE_BIN, build/engine by conftest); skipped
+when none is built. Kept short (a few seconds): tiny batches, durations of tens of milliseconds.
 """
 import json
 import pathlib
@@ -18,6 +18,10 @@ from cnnengine import export
 from cnnengine import model_format as mf
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "benchmarks"
+PROFILING = REPO / "dev" / "profiling"  # the profiling helpers: ncu_pass.py, ncu_source_stalls.py, plot_ab.py
+# Files recorded on a GPU machine by the tools these tests read back (inputs of known shape, not figures).
+RECORDINGS = pathlib.Path(__file__).resolve().parent / "data" / "device-recordings"
 FAST = ["--warmup", "5", "--iterations", "2", "--duration", "0.02", "--repetitions", "2"]
 
 
@@ -25,8 +29,8 @@ FAST = ["--warmup", "5", "--iterations", "2", "--duration", "0.02", "--repetitio
 def engine():
     path = export.engine_binary()
     if path is None:
-        pytest.skip("engine not built: set $ENGINE_BIN or build one of "
-                    + ", ".join(f"<repo>/{c}" for c in export.ENGINE_CANDIDATES))
+        pytest.skip("engine not built: set $ENGINE_BIN or build build/engine (looked at "
+                    + ", ".join(export.ENGINE_CANDIDATES) + ")")
     return path
 
 
@@ -151,7 +155,7 @@ def test_torch_side_by_side_and_plots(bench_json, model, tmp_path):
     pytest.importorskip("torch")
     _, _, bench_path = bench_json
     out = tmp_path / "torch.json"
-    proc = run([sys.executable, REPO / "tools" / "bench_torch.py", model, "--engine", bench_path, "--device", "cpu",
+    proc = run([sys.executable, BENCHMARKS / "bench_torch.py", model, "--engine", bench_path, "--device", "cpu",
                 "--json", out] + FAST, timeout=300)
     doc = json.loads(out.read_text())
     assert doc["schema"] == "cnn-engine-bench/1"
@@ -165,7 +169,7 @@ def test_torch_side_by_side_and_plots(bench_json, model, tmp_path):
 
     pytest.importorskip("matplotlib")
     figs = tmp_path / "figs"
-    run([sys.executable, REPO / "tools" / "plot_bench.py", "--bench", bench_path, "--torch", out, "-o", figs])
+    run([sys.executable, BENCHMARKS / "plot_bench.py", "--bench", bench_path, "--torch", out, "-o", figs])
     for name in ("throughput.png", "latency.png"):
         assert (figs / name).stat().st_size > 1000
 
@@ -187,51 +191,51 @@ def test_model_bench_precision(engine, model, tmp_path):
     assert bad.returncode == 2 and "fp8" in bad.stderr
 
 
-def test_torch_reduced_precision_configurations(model, tmp_path):
-    """tools/bench_torch.py --dtype fp32,bf16: one result per dtype, channels_last for the reduced one,
+def test_torch_reduced_precision_configurations(model, tmp_path, monkeypatch):
+    """benchmarks/bench_torch.py --dtype fp32,bf16: one result per dtype, channels_last for the reduced one,
     and ratios pair an engine run only with PyTorch's same precision (none here: the engine JSON says
     fp32 and only bf16 is asked for)."""
     pytest.importorskip("torch")
     out = tmp_path / "torch.json"
-    run([sys.executable, REPO / "tools" / "bench_torch.py", model, "--device", "cpu", "--batch", "2",
+    run([sys.executable, BENCHMARKS / "bench_torch.py", model, "--device", "cpu", "--batch", "2",
          "--dtype", "fp32,bf16", "--no-data-transfers", "--json", out] + FAST, timeout=300)
     doc = json.loads(out.read_text())
     got = {(r["dtype"], r["memory_format"]) for r in doc["results"]}
     assert got == {("fp32", "contiguous"), ("bf16", "channels_last")}, got
     assert all(r["outputs_finite"] for r in doc["results"])
-    sys.path.insert(0, str(REPO / "tools"))
-    import bench_torch  # noqa: E402
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # a script's module, with its sibling peer_bench
+    import bench_torch
     engine_doc = {"precision": "fp16", "results": [{"backend": "cudnn", "batch": 2, "scope": "compute", "mode": "plain",
                                                     "device": "cpu", "images_per_s": 1.0}]}
     assert bench_torch.ratios(engine_doc, doc["results"]) == []  # no fp16 PyTorch result to pair with
-    bad = subprocess.run([sys.executable, REPO / "tools" / "bench_torch.py", model, "--device", "cpu", "--dtype", "fp8"],
+    bad = subprocess.run([sys.executable, BENCHMARKS / "bench_torch.py", model, "--device", "cpu", "--dtype", "fp8"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "fp8" in bad.stderr
 
 
-def test_precision_figure_and_ncu_pass_from_the_committed_device_files(tmp_path):
-    """The session-7 H100 files in docs/bench/s7-h100 stay readable by the tools that made the figure
-    and the kernel table of docs/perf-cudnn-precision.md."""
+def test_precision_figure_and_ncu_pass_from_recorded_device_files(tmp_path):
+    """Files recorded on a GPU (engine bench --json per precision, bench_torch.py, an Nsight Compute
+    CSV) stay readable by the precision figure and the kernel-pass table."""
     pytest.importorskip("matplotlib")
-    data = REPO / "docs" / "bench" / "s7-h100"
+    data = RECORDINGS
     png = tmp_path / "precision.png"
-    run([sys.executable, REPO / "tools" / "plot_precision.py", "--dir", data, "-o", png])
+    run([sys.executable, BENCHMARKS / "plot_precision.py", "--dir", data, "-o", png])
     assert png.stat().st_size > 10_000
     import gzip
     csv = tmp_path / "ncu.csv"
     csv.write_bytes(gzip.decompress((data / "precision-ncu.csv.gz").read_bytes()))
-    proc = run([sys.executable, REPO / "dev" / "profiling" / "ncu_pass.py", csv])
+    proc = run([sys.executable, PROFILING / "ncu_pass.py", csv])
     heads = [line for line in proc.stdout.splitlines() if line.startswith("==")]
     assert heads[0].startswith("== fp32: pass of 26 kernels") and heads[1].startswith("== fp16: pass of 28 kernels"), heads
     assert "from_f32_kernel" in proc.stdout and "to_f32_kernel" in proc.stdout
 
 
-def test_ab_figure_from_fused_variants_text(tmp_path):
-    """dev/profiling/plot_ab.py --variants reads dev/profiling/fused_variants.sh's lines (the session-10 H100 file in
-    docs/bench/s10-h100 among them): one line per variant, the median of repeated rounds, and a
+def test_ab_figure_from_fused_variants_text(tmp_path, monkeypatch):
+    """plot_ab.py --variants reads dev/profiling/fused_variants.sh's lines (a recorded device file among
+    them): one line per variant, the median of repeated rounds, and a
     clear error for a file without such lines."""
     pytest.importorskip("matplotlib")
-    sys.path.insert(0, str(REPO / "dev" / "profiling"))
+    monkeypatch.syspath_prepend(str(PROFILING))
     import plot_ab
     text = tmp_path / "ab.txt"
     text.write_text("a              batch      1     0.060 M images/s      16.60 us\n"
@@ -242,23 +246,23 @@ def test_ab_figure_from_fused_variants_text(tmp_path):
     lines = plot_ab.variant_series([text])
     assert list(lines) == ["a", "b"]
     assert lines["a"] == ([1], [pytest.approx(0.061e6)]) and lines["b"] == ([1], [pytest.approx(0.05e6)])
-    committed = plot_ab.variant_series([REPO / "docs" / "bench" / "s10-h100" / "final-ab.txt"])
-    assert set(committed) == {"final", "session9"} and committed["final"][0] == [1, 4, 8, 16, 32, 64, 256, 1024]
+    committed = plot_ab.variant_series([RECORDINGS / "fused-variants-ab.txt"])
+    assert set(committed) == {"final", "before"} and committed["final"][0] == [1, 4, 8, 16, 32, 64, 256, 1024]
     png = tmp_path / "ab.png"
-    run([sys.executable, REPO / "dev" / "profiling" / "plot_ab.py", "--variants", text, "-o", png])
+    run([sys.executable, PROFILING / "plot_ab.py", "--variants", text, "-o", png])
     assert png.stat().st_size > 10_000
     empty = tmp_path / "empty.txt"
     empty.write_text("nothing here\n")
-    bad = subprocess.run([sys.executable, REPO / "dev" / "profiling" / "plot_ab.py", "--variants", empty, "-o", tmp_path / "x.png"],
+    bad = subprocess.run([sys.executable, PROFILING / "plot_ab.py", "--variants", empty, "-o", tmp_path / "x.png"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no fused_variants.sh lines" in bad.stderr and not (tmp_path / "x.png").exists()
 
 
-def test_ncu_source_stalls_sums_reports_by_cuda_line(tmp_path):
-    """dev/profiling/ncu_source_stalls.py: samples of several reports matched by the instruction's offset
+def test_ncu_source_stalls_sums_reports_by_cuda_line(tmp_path, monkeypatch):
+    """ncu_source_stalls.py: samples of several reports matched by the instruction's offset
     (each process loads the module elsewhere) and added per CUDA line of the mixed export; a file
     that is not such an export is refused with exit 2 and a message."""
-    sys.path.insert(0, str(REPO / "dev" / "profiling"))
+    monkeypatch.syspath_prepend(str(PROFILING))
     import ncu_source_stalls
     mixed = tmp_path / "mixed.csv"
     mixed.write_text('"File Path","/src/k.cu"\n'
@@ -282,8 +286,8 @@ def test_ncu_source_stalls_sums_reports_by_cuda_line(tmp_path):
     assert samples[line10] == 6 and samples[line12] == 6
     assert executed[line10] == 128 and executed[line12] == 16
     assert reasons[line10] == {"long_sb": 5, "no_inst": 1} and reasons[line12] == {"no_inst": 6}
-    out = run([sys.executable, REPO / "dev" / "profiling" / "ncu_source_stalls.py", "--mixed", mixed, one, two]).stdout
+    out = run([sys.executable, PROFILING / "ncu_source_stalls.py", "--mixed", mixed, one, two]).stdout
     assert "12 samples in 2 report(s)" in out and "by reason: no_inst 7, long_sb 5" in out
-    bad = subprocess.run([sys.executable, REPO / "dev" / "profiling" / "ncu_source_stalls.py", "--mixed", one, one],
+    bad = subprocess.run([sys.executable, PROFILING / "ncu_source_stalls.py", "--mixed", one, one],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no SASS rows under CUDA lines" in bad.stderr

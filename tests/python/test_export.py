@@ -1,4 +1,4 @@
-"""tools/export: the PyTorch walk, state_dict + --like, and the check that guards every export."""
+"""cnnengine-export (tools/export): the PyTorch walk, state_dict + --like, and the check that guards every export."""
 import os
 import pathlib
 import subprocess
@@ -15,17 +15,19 @@ from cnnengine import model_format as mf
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+EXPORT_MAIN = "import sys; from cnnengine.export_cli import main; sys.exit(main())"
 
 
 def run_export(*args, engine=None, env_extra=None):
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO / "tools"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     if engine is None:
         args = args + ("--no-engine",)
     else:
         env["ENGINE_BIN"] = str(engine)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, str(REPO / "tools" / "export"), *args],
+    # cnnengine-export, run by this interpreter (the console script's own entry point).
+    return subprocess.run([sys.executable, "-c", EXPORT_MAIN, *args],
                           capture_output=True, text=True, env=env, timeout=300)
 
 

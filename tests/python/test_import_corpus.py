@@ -26,7 +26,7 @@ CORPUS = pathlib.Path(os.environ.get("IMPORT_CORPUS_DIR", REPO / "build-corpus")
 BOUND = export.DEFAULT_TOLERANCE
 MIN_AGREEMENT = 0.9995
 
-sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tests" / "python" / "corpus"))  # the generator beside its test
 import make_import_corpus  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def corpus() -> dict:
     manifest = CORPUS / "manifest.json"
     fresh = manifest.is_file() and json.loads(manifest.read_text()).get("version") == make_import_corpus.VERSION
     if not fresh:
-        r = subprocess.run([sys.executable, str(REPO / "tools" / "make_import_corpus.py"), str(CORPUS)],
+        r = subprocess.run([sys.executable, str(REPO / "tests" / "python" / "corpus" / "make_import_corpus.py"), str(CORPUS)],
                            capture_output=True, text=True, timeout=1800)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     data = json.loads(manifest.read_text())

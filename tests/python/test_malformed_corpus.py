@@ -1,4 +1,4 @@
-"""The engine CLI on the malformed corpus (tools/make_malformed_corpus.py): over a thousand broken
+"""The engine CLI on the malformed corpus (tests/python/corpus/make_malformed_corpus.py): over a thousand broken
 models, weights, data, labels and image files derived from the real ones.
 
 Every case must end the way formats/README.md and the CLI's contract say: exit code 1, one
@@ -61,7 +61,7 @@ def corpus(tmp_path_factory) -> pathlib.Path:
     if given and (pathlib.Path(given) / "manifest.json").is_file():
         return pathlib.Path(given).resolve()
     out = pathlib.Path(given) if given else tmp_path_factory.mktemp("malformed") / "corpus"
-    subprocess.run([sys.executable, str(REPO / "tools" / "make_malformed_corpus.py"), str(out)], check=True,
+    subprocess.run([sys.executable, str(REPO / "tests" / "python" / "corpus" / "make_malformed_corpus.py"), str(out)], check=True,
                    stdout=subprocess.DEVNULL)
     return out.resolve()
 

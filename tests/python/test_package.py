@@ -1,7 +1,7 @@
-"""The Python package's engine API (cnnengine.load/backends, tools/cnnengine/runtime.py over the
-extension engine/python/module.cpp): `engine run`'s outputs bit for bit, every accepted input form,
+"""The Python package's engine API (cnnengine.load/backends, python/cnnengine/runtime.py over the
+extension python/ext/module.cpp): `engine run`'s outputs bit for bit, every accepted input form,
 and every refused one as a Python exception with the engine's message. Needs build/engine and the
-extension (tools/setup.sh installs it into .venv); the GPU cases are in test_package_gpu.py."""
+extension (scripts/setup.sh installs it into .venv); the GPU cases are in test_package_gpu.py."""
 import ast
 import os
 import pathlib
@@ -237,10 +237,10 @@ def test_bad_arguments(kwargs, message):
 
 def test_type_stubs_name_what_the_extension_defines():
     from cnnengine import _engine
-    stub = ast.parse((REPO / "tools" / "cnnengine" / "_engine.pyi").read_text())
+    stub = ast.parse((REPO / "python" / "cnnengine" / "_engine.pyi").read_text())
     top = {n.name for n in stub.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     assert top == {n for n in dir(_engine) if not n.startswith("_")}
     session = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "Session")
     members = {n.name for n in session.body if isinstance(n, ast.FunctionDef)} - {"__init__"}
     assert members == {n for n in dir(_engine.Session) if not n.startswith("_")}
-    assert (REPO / "tools" / "cnnengine" / "py.typed").exists()
+    assert (REPO / "python" / "cnnengine" / "py.typed").exists()

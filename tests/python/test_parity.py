@@ -66,15 +66,15 @@ def run(request, tmp_path_factory):
     model_file, files = CASES[name]
     model_path = REPO / "models" / model_file
     if not model_path.is_file():
-        pytest.fail(f"{model_path} is missing: the committed models must exist (tools/train.py writes them)")
+        pytest.fail(f"{model_path} is missing: the committed models must exist (scripts/train_lenet5.py writes them)")
     try:
         images_path, labels_path = files()
     except FileNotFoundError as e:
         pytest.skip(f"{name} test set not on this machine: {e}")
     engine = export.engine_binary()
     if engine is None:
-        pytest.skip("engine not built: set $ENGINE_BIN or build one of "
-                    + ", ".join(f"<repo>/{c}" for c in export.ENGINE_CANDIDATES))
+        pytest.skip("engine not built: set $ENGINE_BIN or build build/engine (looked at "
+                    + ", ".join(export.ENGINE_CANDIDATES) + ")")
     out = tmp_path_factory.mktemp(name) / "probs.npy"
     cmd = [str(engine), "run", str(model_path), str(images_path), "--labels", str(labels_path),
            "--backend", "reference", "--json", "--dump-outputs", str(out)]
@@ -136,7 +136,7 @@ def test_accuracy_targets(name, target):
     model_file, files = CASES[name]
     model_path = REPO / "models" / model_file
     if not model_path.is_file():
-        pytest.fail(f"{model_path} is missing: the committed models must exist (tools/train.py writes them)")
+        pytest.fail(f"{model_path} is missing: the committed models must exist (scripts/train_lenet5.py writes them)")
     try:
         images_path, labels_path = files()
     except FileNotFoundError as e:

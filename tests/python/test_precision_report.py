@@ -1,15 +1,21 @@
-"""tools/precision_report.py --check: each precision's bound (docs/precision.md) on rows as the report
+"""benchmarks/precision_report.py --check: each precision's bound (docs/precision.md) on rows as the report
 writes them (a refused precision and each kind of miss fail, rows within every bound pass), and the
 whole report on the reference backend's emulation of every model."""
+import importlib.util
 import json
 import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
-import precision_report  # noqa: E402
-from _train_support import ENGINE  # noqa: E402
+from _train_support import ENGINE
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+# The benchmarks are scripts, not a package: the report is loaded from its file.
+_spec = importlib.util.spec_from_file_location("precision_report", REPO / "benchmarks" / "precision_report.py")
+precision_report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(precision_report)
 
 
 def rows(prec, changed, accuracy):
@@ -44,7 +50,7 @@ def test_a_refused_precision_fails():
 
 # The real report on the reference backend's emulation: every model in models/ on the first 5,000
 # images of its test set at fp16, bf16 and int8 (calibrated on 1,000 training images) within its
-# precision's bound, as the GPU backends are held to on the device on all 10,000 (tools/gpu_check.sh
+# precision's bound, as the GPU backends are held to on the device on all 10,000 (.ci/gpu_check.sh
 # tc / precision). ~40 s on two cores (all 10,000: ~80 s, which took CI past its 30 minutes).
 
 @pytest.mark.skipif(ENGINE is None, reason="the engine is not built (build/engine, or $ENGINE_BIN)")

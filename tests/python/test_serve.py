@@ -1,7 +1,7 @@
-"""tools/serve through the real tritonclient over HTTP and gRPC: a Triton server started here on free
+"""cnnengine-serve (tools/serve) through the real tritonclient over HTTP and gRPC: a Triton server started here on free
 loopback ports with two models, its metadata, health and metrics, MNIST test images classified equal
 to the engine's own outputs bit for bit, malformed requests each refused while the server keeps
-serving, and a short run of tools/load_test.py."""
+serving, and a short run of benchmarks/load_test.py."""
 import json
 import pathlib
 import subprocess
@@ -225,7 +225,7 @@ def test_grpc_wrong_sizes(server, http, grpc, mnist, case):
 
 def test_load_test_script_reports_batches(server, tmp_path):
     out = tmp_path / "load.json"
-    r = subprocess.run([sys.executable, str(REPO / "tools" / "load_test.py"), "--model-file", str(LENET),
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "load_test.py"), "--model-file", str(LENET),
                         "--grpc", server.grpc_url, "--http", server.http_url, "--metrics", server.metrics_url,
                         "--clients", "4", "--duration", "2", "--images", "500", "--json", str(out)],
                        capture_output=True, text=True, timeout=300)
@@ -238,7 +238,7 @@ def test_load_test_script_reports_batches(server, tmp_path):
 
 
 def test_serve_refuses_a_missing_model_before_starting(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "tools" / "serve"), str(tmp_path / "nope.json")],
+    r = subprocess.run([sys.executable, "-m", "cnnengine.serve", str(tmp_path / "nope.json")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert f"serve: error: {tmp_path / 'nope.json'}: graph file not found" in r.stderr, r.stderr
@@ -246,7 +246,7 @@ def test_serve_refuses_a_missing_model_before_starting(tmp_path):
 
 def test_serve_refuses_a_precision_the_backend_does_not_compute():
     """--precision fp16 on the cpu backend: one line from the engine, before the server starts."""
-    r = subprocess.run([sys.executable, str(REPO / "tools" / "serve"), "--backend", "cpu", "--precision", "fp16",
+    r = subprocess.run([sys.executable, "-m", "cnnengine.serve", "--backend", "cpu", "--precision", "fp16",
                         str(LENET)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     errors = [l for l in r.stderr.splitlines() if l.startswith("serve: error:")]
