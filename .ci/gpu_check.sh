@@ -102,7 +102,7 @@ PY
     # ops, PyTorch side by side on the same GPU, every panel in one PNG: 5 files in $OUT (bench.json,
     # ops.json, torch.json, bench.png, bench.log), at most about 6 minutes (each part has a timeout).
     # BENCH_MODEL picks another model, BENCH_DURATION the seconds per repetition (default 0.5); plots
-    # are redrawn from the JSON files with benchmarks/plot_bench.py (docs/benchmarks.md).
+    # are redrawn from the JSON files with benchmarks/plot_bench.py (docs/performance.md).
     bench_all() {
       local rc=0 model=${BENCH_MODEL:-models/lenet5.json}
       local py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
@@ -162,7 +162,7 @@ PY
     prec_all 2>&1 | tee "$OUT/precision.log" || status=1
     ;;
   tc)
-    # Reduced precision on the custom backend (docs/perf-custom-tensor-core.md): the tensor-core chain's and the
+    # Reduced precision on the custom backend (docs/design/custom-tensor-core.md): the tensor-core chain's and the
     # per-node tensor-core path's GPU tests, compute-sanitizer on them, engine bench of custom fp16 /
     # bf16 / int8 (int8 on LeNet-5 calibrated on 1,000 MNIST training images:
     # data/mnist/train-images-idx3-ubyte.gz) beside cudnn fp16 and PyTorch fp16 channels_last, the seed
@@ -219,7 +219,7 @@ PY
     tc_all 2>&1 | tee "$OUT/tc.log" || status=1
     ;;
   perf)
-    # The fused path against everything else on this GPU, in one call (docs/perf-fused-gpu.md):
+    # The fused path against everything else on this GPU, in one call (docs/design/custom-fused.md):
     # engine bench of custom (fused), custom --no-fuse and cudnn at PERF_BATCHES, plain and CUDA
     # graph; PyTorch and JAX/XLA on the same model and batches; Nsight Compute on the fused kernels
     # at the largest batch. Files: perf-*.json, perf-ncu.txt, perf.log.
@@ -246,7 +246,7 @@ PY
     perf_all 2>&1 | tee "$OUT/perf.log" || status=1
     ;;
   crossover)
-    # The custom fused path's kernel sets at small and middle batches (docs/perf-fused-gpu.md): the
+    # The custom fused path's kernel sets at small and middle batches (docs/design/custom-fused.md): the
     # image chain forced on every batch (clusters of blocks per image where the batch is small, then
     # without clusters), then the tiled kernels forced; compute scope with CUDA graphs. The table
     # says where each stops winning. Files: crossover-*.json.
@@ -277,7 +277,7 @@ for b in sorted(rows):
 PY
     ;;
   multi)
-    # --devices on every GPU of the host (docs/multi-gpu.md): the multi-device GPU tests (two
+    # --devices on every GPU of the host (docs/design/multi-gpu.md): the multi-device GPU tests (two
     # executables on GPU 0; GPUs 0 and 1 where there are two), engine run --devices all against GPU 0
     # alone at the same batch (bitwise), then engine bench of custom and cudnn at MULTI_BATCH (65,536)
     # with --devices 0, 0,1 and all (each batch split across the GPUs against the first alone, in the
@@ -310,14 +310,14 @@ PY
     multi_all 2>&1 | tee "$OUT/multi.log" || status=1
     ;;
   train|train-tests|train-mnist|train-bench)
-    # Training on the GPU (docs/training.md, "GPU"). `train` runs the three parts below; each also
+    # Training on the GPU (docs/design/training.md, "GPU"). `train` runs the three parts below; each also
     # runs alone (train-tests, train-mnist, train-bench) when one call must stay under 10 minutes.
     # Files in $OUT (5): train-tests.log, train-sanitizer.log, train-mnist.log, train-bench.json,
     # train-bench.log.
     py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
     if [[ $s == train || $s == train-tests ]]; then
       # The custom and cudnn trainers' GPU tests: gradients vs the float64 reference, 50-step runs vs
-      # the cpu trainer, bitwise repeats; the "[ measured ]" lines are the numbers for docs/training.md.
+      # the cpu trainer, bitwise repeats; the "[ measured ]" lines are the numbers for docs/design/training.md.
       # TRAIN_FILTER narrows them (e.g. 'CudnnTrain*').
       timeout 300 $B/tests/gpu/gpu_tests --gtest_filter="${TRAIN_FILTER:-CustomTrain*:CudnnTrain*}" \
         >"$OUT/train-tests.log" 2>&1 || status=1
@@ -362,7 +362,7 @@ PY
     fi
     ;;
   train-multi)
-    # Data-parallel training (docs/multi-gpu.md, "Training"): the data-parallel tests, then engine
+    # Data-parallel training (docs/design/multi-gpu.md, "Training"): the data-parallel tests, then engine
     # train of LeNet-5 on MNIST with 256 images per GPU (--batch 256 x N, --devices 0..N-1) for N = 1,
     # 2, 4 (as many as there are), custom and cudnn: images/s per epoch (median of epochs 2..), the
     # scaling over one GPU, and the validation accuracy. TRAIN_EPOCHS (default 3). Files:
@@ -402,9 +402,9 @@ PY
     } 2>&1 | tee "$OUT/train-multi.log"
     ;;
   train-accuracy)
-    # Training accuracy targets on the GPU backends (docs/training.md, "Results"): each recipe on
+    # Training accuracy targets on the GPU backends (docs/design/training.md, "Results"): each recipe on
     # custom and cudnn, test accuracy after the last epoch. The LeNet-5 recipes were chosen on a
-    # 5,000-image validation split held out of train (--val-split 5000; docs/training.md), not on t10k. ACC_BACKENDS (default "custom cudnn"),
+    # 5,000-image validation split held out of train (--val-split 5000; docs/design/training.md), not on t10k. ACC_BACKENDS (default "custom cudnn"),
     # ACC_RUNS (default all: mlp-exact mlp-momentum cnn lenet-mnist lenet-fashion). Files in $OUT:
     # train-accuracy.log and train-accuracy.tar.gz (every curve JSON/CSV).
     {
@@ -453,7 +453,7 @@ PY
     } 2>&1 | tee "$OUT/train-accuracy.log"
     ;;
   train-recipes)
-    # How docs/training.md chose the LeNet-5 recipes of train-accuracy: 20-epoch runs on custom with
+    # How docs/design/training.md chose the LeNet-5 recipes of train-accuracy: 20-epoch runs on custom with
     # the last 5,000 training images held out (--val-split 5000), never the test set. One line per
     # recipe in $OUT/train-recipes.log.
     {

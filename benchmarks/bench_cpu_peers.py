@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The engine's CPU backends next to ONNX Runtime and PyTorch on the CPU, same model, threads and
-batches, in one run (docs/benchmarks.md, "CPU peers").
+batches, in one run (docs/performance.md, "CPU peers").
 
 For every round, thread count and batch, in that order, each implementation is measured back to
 back (engine, ONNX Runtime, PyTorch), so a machine whose load changes during the run slows all of

@@ -2,7 +2,7 @@
 """Reduced-precision throughput figure: images/s per precision, the engine's cudnn backend next to PyTorch at the same
 batch (compute scope, CUDA graph), from the files `.ci/gpu_check.sh precision` writes:
 
-    benchmarks/plot_precision.py --dir docs/bench/s7-h100 -o docs/figures/s7/cudnn-precision.png
+    benchmarks/plot_precision.py --dir gpu-check -o docs/figures/gpu-precision-throughput.png
 
 reads DIR/precision-cudnn-{fp32,fp16,bf16}.json (engine bench --json) and DIR/precision-torch.json
 (benchmarks/bench_torch.py --dtype fp32,fp16,bf16); one group of bars per batch, the ratio engine/PyTorch

@@ -5,12 +5,12 @@ calibrated for int8 on the first --calibration-images of its training set (`engi
 the outputs dumped; printed and written as JSON: accuracy, the share of images whose class differs
 from fp32's, and max |p - p_fp32| over every probability.
 
-    .venv/bin/python benchmarks/precision_report.py --backend reference --json docs/bench/precision/reference.json
+    .venv/bin/python benchmarks/precision_report.py --backend reference --json precision-reference.json
 
 The reference backend emulates fp16, bf16 and int8 (engine/reference/reduced_precision.hpp); GPU
 backends report the precisions they compute (others are refused, and listed as such).
 
---check holds every row to its precision's bound (BOUNDS, stated in docs/precision.md) and exits 1
+--check holds every row to its precision's bound (BOUNDS, stated in docs/design/precision.md) and exits 1
 when one is missed or a precision is refused.
 """
 from __future__ import annotations

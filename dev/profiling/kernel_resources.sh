@@ -3,7 +3,7 @@
 # architecture, and (with a disassembler) the source lines of every spill store and load in each
 # kernel. The image chain's cluster kernel sits at its 128-register cap: a change can move ptxas's
 # spills onto the critical path (a spill store that waits for a global load at the entry;
-# docs/perf-fused-gpu.md). Run it before a GPU run; no GPU needed.
+# docs/design/custom-fused.md). Run it before a GPU run; no GPU needed.
 #   usage: dev/profiling/kernel_resources.sh [ARCH] [FILE.cu ...]   (default: 90, the fused kernels)
 # NVDISASM names nvdisasm (the CUDA toolkit's, or the one in Triton's wheel); without one, the
 # spills' lines are left out. With cuobjdump (CUOBJDUMP, or beside NVDISASM), each kernel's code size.
@@ -31,7 +31,7 @@ for f in "${files[@]}"; do
                                  if (n != "") printf "  %-16s %s  %s\n", r, s, n; n = "" }' "$tmp/ptxas.txt" |
     c++filt | sed -E 's/engine::custom::fused::\(anonymous namespace\):://g'
   # Each kernel's code size: at batch 1 the image chain waits at jumps into code not yet fetched
-  # (the reason for the specialised cluster kernels, docs/perf-fused-gpu.md).
+  # (the reason for the specialised cluster kernels, docs/design/custom-fused.md).
   if [[ -n $objdump && -x $objdump ]]; then
     "$objdump" -elf "$cubin" 2>/dev/null |
       awk '$0 ~ /PROGBITS/ && $NF ~ /^\.text\./ { n = $NF; sub(/^\.text\./, "", n); print $3, n }' |

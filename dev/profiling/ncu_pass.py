@@ -3,7 +3,7 @@
 PREC_NCU=1 (lines prefixed with the precision, `ncu --csv --page raw` with duration, DRAM and SM
 throughput and DRAM bytes): the last complete pass per precision, kernel by kernel, with its share.
 
-    dev/profiling/ncu_pass.py <(zcat docs/bench/s7-h100/precision-ncu.csv.gz)
+    dev/profiling/ncu_pass.py gpu-check/precision-ncu.csv
 """
 import csv
 import io

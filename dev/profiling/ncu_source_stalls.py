@@ -5,7 +5,7 @@ Nsight Compute's source page gives stall samples per SASS instruction; a batch-1
 microseconds, so one launch holds few samples and several launches are added here. Each report's
 instructions are matched by their offset from the kernel's first instruction (the module loads at a
 different address in each process), and the CUDA line of each offset comes from one export made
-with `--print-source cuda,sass` (the same binary). On the device (docs/perf-fused-gpu.md):
+with `--print-source cuda,sass` (the same binary). On the device (docs/design/custom-fused.md):
 
     for k in 200 201 202 203; do
       ncu --cache-control none --clock-control none -k regex:image_chain --launch-skip $k -c 1 \\

@@ -2,14 +2,14 @@
 """A/B figure: images/s against batch for several `engine bench --json` files of the same backend,
 one line per file (e.g. a planner choice on and off), with the ratio of each to the first below.
 
-    dev/profiling/plot_ab.py --label off docs/bench/s6-h100/cudnn-s2d-off.json --label on docs/bench/s6-h100/cudnn-s2d-on.json \\
-        --backend cudnn --mode graph -o docs/figures/s6/cudnn-s2d-ab.png
+    dev/profiling/plot_ab.py --label off off.json --label on on.json \\
+        --backend cudnn --mode graph -o ab.png
 
 With --variants, each file is instead dev/profiling/fused_variants.sh's text output: one line per variant
 and batch, repeated rounds allowed (the median is plotted); the variants are the lines, in order of
 first appearance, the first one the ratios' base:
 
-    dev/profiling/plot_ab.py --variants docs/bench/s10-h100/final-ab.txt -o docs/figures/s10/cluster-capacity-ab.png
+    dev/profiling/plot_ab.py --variants variants.txt -o variants-ab.png
 """
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ struct ShowOptions {
   std::string labels;
 };
 
-// engine train (train_command.cpp; docs/training.md).
+// engine train (train_command.cpp; docs/design/training.md).
 struct TrainCommandOptions {
   std::string model;       // full model (fine-tuning) or architecture-only graph
   std::string data;        // training images (IDX, raw or .gz)

@@ -1,7 +1,7 @@
 #pragma once
 // The optimisers and the learning-rate schedule, defined once for every backend: host backends
 // call these functions; GPU backends must implement the same formulas, in the same order of
-// operations (docs/training.md lists them). Each follows PyTorch 1.13's definition, defaults and
+// operations (docs/design/training.md lists them). Each follows PyTorch 1.13's definition, defaults and
 // update order (torch.optim.SGD and torch.optim.Adam, the single-tensor "for-loop" path).
 //
 // Learning rate of step t (t = steps taken before this one, 0 for the first):
@@ -9,7 +9,7 @@
 //     lr_decay = 0 keeps lr constant.
 //   cosine over T steps (torch.optim.lr_scheduler.CosineAnnealingLR stepped per batch, eta_min 0,
 //     T_max = T): lr_t = lr * (1 + cos(pi * t / T)) / 2, and 0 from t = T on. With a linear warm-up
-//     of W steps first (LambdaLR with the factor below, as tools/train_seed_models.py trains):
+//     of W steps first (LambdaLR with the factor below, as scripts/train_seed_models.py trains):
 //     lr_t = lr * (t + 1) / W for t < W, then the cosine over the remaining T - W steps at t - W.
 //
 // SGD (torch.optim.SGD, dampening 0, nesterov off):

@@ -9,7 +9,7 @@ namespace engine::custom {
 // The fused fp32 path's image chain (small batches: one image per block or per cluster of blocks).
 struct ImageChainOptions {
   // The largest batch the image chain runs; nullopt: 12 images per SM (where it beats the tiled
-  // kernels, docs/perf-fused-gpu.md); 0: never (the tiled kernels at every batch).
+  // kernels, docs/design/custom-fused.md); 0: never (the tiled kernels at every batch).
   std::optional<int> max_batch;
   // The largest cluster of blocks per image (1: one block per image); the device may allow fewer.
   int max_cluster = 8;

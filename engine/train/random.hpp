@@ -2,7 +2,7 @@
 // The one random generator of training, so that a seed means the same numbers on every machine,
 // compiler and standard library (std::uniform_real_distribution and std::shuffle are
 // implementation-defined): SplitMix64 (Steele, Lea, Flood 2014), 64-bit state, and the two uses
-// of it written out. docs/training.md gives the same in a few lines of Python.
+// of it written out. docs/design/training.md gives the same in a few lines of Python.
 #include <cstdint>
 #include <numeric>
 #include <vector>

@@ -452,7 +452,7 @@ def serialize_weights(tensors: dict[str, np.ndarray], metadata: dict[str, str] |
 
 
 def write_model(path: str | os.PathLike, graph: dict, tensors: dict[str, np.ndarray],
-                producer: str = "tools/cnnengine") -> Model:
+                producer: str = "python/cnnengine") -> Model:
     """Writes NAME.json and its weights file (graph['weights']['file'], default NAME.safetensors).
 
     The weights' sha256 is filled in. Both files are first written to temporary files in the target

@@ -1,6 +1,6 @@
 """cnnengine-serve: models served by a real Triton Inference Server (PyTriton brings the tritonserver
 binary) over the Open Inference Protocol (KServe v2: HTTP and gRPC), with Triton's dynamic batching,
-health and readiness endpoints and Prometheus metrics. docs/serving.md has the protocol details,
+health and readiness endpoints and Prometheus metrics. docs/design/serving.md has the protocol details,
 measurements and how to scale out."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 // KRSC, dense weights to a flatten's (h, w, c) order, concat per pixel, space-to-depth on NHWC views),
 // and fp16 / bf16 storage against the reference backend's emulation of the same precision (every
 // value rounded to the format, sums in double) on fresh random inputs, odd sizes, every op kind;
-// LeNet-5 on MNIST against fp32 with the bounds docs/precision.md states; int8 (conv2d / dense as cuDNN
+// LeNet-5 on MNIST against fp32 with the bounds docs/design/precision.md states; int8 (conv2d / dense as cuDNN
 // and cuBLAS integer calls) against the reference's int8 emulation, and its refusals.
 #include <gtest/gtest.h>
 
@@ -160,7 +160,7 @@ TEST(CudnnReducedPrecision, MatchesReferenceEmulation) {
 }
 
 // LeNet-5 on MNIST in fp16 and bf16 against fp32 (the reference): the share of images whose class
-// changes and max |dp|, with the bounds of docs/precision.md (fp16: >= 99.9 % same class; bf16 on this
+// changes and max |dp|, with the bounds of docs/design/precision.md (fp16: >= 99.9 % same class; bf16 on this
 // model: the emulation changed 0.01 %); bitwise the same on a second run.
 TEST(CudnnReducedPrecision, Lenet5OnMnist) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");

@@ -3,7 +3,7 @@
 // the same precision on fresh random inputs with poisoned outputs (int8: calibrated on them), both
 // kernel versions, both tanh variants, the generic kernel and fixed tiles; the same bits for any batch
 // split, run to run, and past 65,535 images; the refusals; LeNet-5 on MNIST against fp32 (and int8
-// against its emulation) with the bounds docs/precision.md states.
+// against its emulation) with the bounds docs/design/precision.md states.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -67,7 +67,7 @@ std::vector<float> input_for(const std::shared_ptr<formats::Model>& model, int n
 // the two differ by a few units of the format's last place in every activation, and a sum of ~100
 // such terms that cancels (a tanh output near 0, no softmax: sigmoid_full_no_softmax) carries them
 // at 1 % of the output's peak, where compare_with_cpu's relative measure has its floor. Measured
-// worst (docs/perf-custom-tensor-core.md): fp16 7.7e-3 on that model, <= 7e-4 on the others; bf16 6.6e-2, <= 4.5e-3.
+// worst (docs/design/custom-tensor-core.md): fp16 7.7e-3 on that model, <= 7e-4 on the others; bf16 6.6e-2, <= 4.5e-3.
 // Bounds: 2e-2 (fp16) and 1e-1 (bf16); an indexing or layout bug shows as errors near 1.
 double tolerance(engine::Precision p) { return p == engine::Precision::BF16 ? 1e-1 : 2e-2; }
 

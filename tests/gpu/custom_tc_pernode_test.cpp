@@ -4,7 +4,7 @@
 // with poisoned outputs (odd shapes, strides, asymmetric padding, channel counts below 8 and above
 // 32, every op kind, int8 calibrated on the inputs), the same bits for any batch split and run to
 // run, the plan and path texts, --no-fuse, and the seed models on MNIST against fp32 with the
-// bounds docs/precision.md states.
+// bounds docs/design/precision.md states.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 // bitwise and captures its library calls into CUDA graphs. cuDNN's and cuBLAS's sums run in their
 // own orders, so the cudnn trainer matches the others to a tolerance, never bitwise, but itself
 // bitwise. Every comparison prints what it measured ([ measured ] lines), so one run on the GPU
-// gives docs/training.md's numbers.
+// gives docs/design/training.md's numbers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,7 +39,7 @@ using formats::OpType;
 using testing_support::ModelBuilder;
 using testing_support::window;
 
-// Tolerances (docs/training.md, "GPU: tolerances"). Gradients: per parameter tensor, the largest
+// Tolerances (docs/design/training.md, "GPU: tolerances"). Gradients: per parameter tensor, the largest
 // difference from the float64 reference over the tensor's largest magnitude. Loss curves: relative
 // difference from the cpu trainer per step, tight for the first steps, looser once float32 rounding
 // differences have been amplified by training.
@@ -253,7 +253,7 @@ const TrainerCase& trainer_case(const std::string& backend) {
       "cudnn",
       [](const engine::Graph&, const engine::TrainOptions&, const Batch& b, int n, DeviceTrainer& gpu,
          const engine::BatchResult& got, const std::string& what) {
-        // Plan summary once per model: the algorithms cuDNN's ranking gave (docs/training.md).
+        // Plan summary once per model: the algorithms cuDNN's ranking gave (docs/design/training.md).
         std::printf("[ measured ] plan %s: %s\n", what.c_str(), gpu.plan_summary().c_str());
         // The same batch again: bitwise the same gradients (deterministic algorithms, no atomics).
         std::vector<float> g1(size_t(gpu.parameter_count())), g2(g1.size());

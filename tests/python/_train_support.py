@@ -1,5 +1,5 @@
 """Helpers of the `engine train` tests: IDX files, small graphs, running the engine, PyTorch's
-side of a training run written with torch.optim, exactly as docs/training.md defines the engine's."""
+side of a training run written with torch.optim, exactly as docs/design/training.md defines the engine's."""
 from __future__ import annotations
 
 import gzip

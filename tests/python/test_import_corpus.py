@@ -1,4 +1,4 @@
-"""The importers on the corpus of real framework files (tools/make_import_corpus.py): each file is
+"""The importers on the corpus of real framework files (tests/python/corpus/make_import_corpus.py): each file is
 exported with tools/export (whose own check compares the graph with the source framework), then the
 engine's reference backend runs the exported model on the first 2,000 MNIST test images and its
 outputs are compared with what the framework itself computed when it saved the file (and the fast
@@ -8,8 +8,8 @@ outputs are compared with what the framework itself computed when it saved the f
 Files made to exercise scale_shift and concat (BatchNormalization that no layer can take, branches
 joined along channels) must also export to those ops (the manifest's expect_ops).
 The corpus is generated into build-corpus/ (git-ignored) on first use and regenerated when the
-generator changes; it needs Keras 3 and JAX (tools/requirements-import.txt, installed by
-tools/setup.sh), PyTorch and onnx."""
+generator changes; it needs Keras 3 and JAX (scripts/requirements-import.txt, installed by
+scripts/setup.sh), PyTorch and onnx."""
 import json
 import os
 import pathlib
@@ -35,7 +35,7 @@ def _missing_framework() -> str | None:
         try:
             __import__(mod)
         except Exception as e:  # ImportError, or a backend that cannot start
-            return f"{mod} is not importable ({type(e).__name__}: {e}); install tools/requirements-import.txt"
+            return f"{mod} is not importable ({type(e).__name__}: {e}); install scripts/requirements-import.txt"
     import keras
     if not keras.__version__.startswith("3"):
         return f"Keras {keras.__version__} is installed; the corpus needs Keras 3"

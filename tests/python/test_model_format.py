@@ -251,7 +251,7 @@ def test_to_torch_on_cuda_if_present(written):
 def test_committed_models(repo, name, labels):
     path = repo / "models" / f"{name}.json"
     if not path.exists():
-        pytest.skip(f"{path} not written yet (tools/train.py)")
+        pytest.skip(f"{path} not written yet (scripts/train_lenet5.py)")
     model = mf.read_model(path)
     assert model.parameter_count() == 61_706
     assert [n["name"] for n in model.graph["nodes"]] == [

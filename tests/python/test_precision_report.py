@@ -1,4 +1,4 @@
-"""benchmarks/precision_report.py --check: each precision's bound (docs/precision.md) on rows as the report
+"""benchmarks/precision_report.py --check: each precision's bound (docs/design/precision.md) on rows as the report
 writes them (a refused precision and each kind of miss fail, rows within every bound pass), and the
 whole report on the reference backend's emulation of every model."""
 import importlib.util

@@ -87,7 +87,7 @@ def test_same_seed_same_bits_any_thread_count(tmp_path, digits):
 
 def test_augmentation_and_cosine_schedule(tmp_path, digits):
     """--augment draws from the seed (same seed, same bits), changes what is learnt, and the curve's
-    learning rates follow the warm-up + cosine formula of docs/training.md."""
+    learning rates follow the warm-up + cosine formula of docs/design/training.md."""
     img, val = digits
     recipe = ("--optimizer", "adam", "--lr", "0.002", "--lr-schedule", "cosine", "--warmup-epochs", 1, "--epochs", 3,
               "--val", val, "--no-checkpoints")

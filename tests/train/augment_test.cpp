@@ -124,7 +124,7 @@ TEST(Schedule, CosineWithWarmupFollowsLambdaLR) {
   EXPECT_NEAR(engine::scheduled_lr(o, 50), 0.001, 1e-15);
   EXPECT_NEAR(engine::scheduled_lr(o, 99), 0.001 * (1 + std::cos(M_PI * 0.99)), 1e-15);
   EXPECT_EQ(engine::scheduled_lr(o, 100), 0.0);
-  o.warmup_steps = 10;  // tools/train_seed_models.py's factor: (t + 1) / W, then cosine over T - W
+  o.warmup_steps = 10;  // scripts/train_seed_models.py's factor: (t + 1) / W, then cosine over T - W
   EXPECT_DOUBLE_EQ(engine::scheduled_lr(o, 0), 0.002 / 10);
   EXPECT_DOUBLE_EQ(engine::scheduled_lr(o, 9), 0.002);
   EXPECT_DOUBLE_EQ(engine::scheduled_lr(o, 10), 0.002);

@@ -1,9 +1,9 @@
 // The fused conv chain: one persistent kernel runs every spatial layer of a model (conv2d, pools,
 // activations in epilogues) for a tile of T images per block with all intermediates in shared
 // memory, and writes the chain's output flattened (CHW) to global memory. fused_layers.hpp says
-// what the parameters mean; docs/perf-fused-gpu.md has the versions, predictions and measurements.
+// what the parameters mean; docs/design/custom-fused.md has the versions, predictions and measurements.
 //
-// Version 1 (commit f8c0d67, measured in docs/perf-fused-gpu.md): the tiled convolution keeps OCB output channels x 4 output rows of one
+// Version 1 (commit f8c0d67, measured in docs/design/custom-fused.md): the tiled convolution keeps OCB output channels x 4 output rows of one
 // output column per thread in registers (acc[OCB][4]). For each input channel and kernel column it
 // loads the 4 + KH - 1 input values of that column once and reuses them for every kernel row, and
 // reads each weight row (OCB floats, one float4/float2 broadcast load per 4/2 channels) once per 4

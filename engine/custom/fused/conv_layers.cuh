@@ -102,7 +102,7 @@ __device__ __forceinline__ float pool_2x2(float a, float b, bool left_lane, bool
 // Items in order: output column fastest, then row strip, then channel group, then image; with
 // kGroupsInner (the image chain, one image per block) column, channel group, strip: the lanes of
 // other groups at the same columns read the same input words (a broadcast), so a warp's reads span
-// fewer rows and meet less often on a bank (docs/perf-fused-gpu.md). Same sums.
+// fewer rows and meet less often on a bank (docs/design/custom-fused.md). Same sums.
 // OCU < OCB (the image chain's clusters at batch 1): an item computes OCU of its
 // group's OCB channels (weights still packed for OCB), so a layer has OCB / OCU times the items,
 // each a shorter chain of instructions and fewer outputs to activate and send; the channel index

@@ -52,7 +52,7 @@ __device__ __forceinline__ float dense_chain4(const float* a, const float* w, in
 // kAtOnce 1 or 2: a run of 1-7 quads (the clusters' 16-row chunks: 4) loads all its operands before
 // its first step, instead of waiting for each quad's loads in turn. kAtOnce 2: a longer run's last
 // 1-3 quads also load before its last group's steps. The image chain's clusters use kAtOnce 2
-// (docs/perf-fused-gpu.md has the measurements).
+// (docs/design/custom-fused.md has the measurements).
 template <int kAtOnce = 0, class Step>
 __device__ __forceinline__ void deep_quads(const float* a, const float* w, int rows, Step step) {
   const float4* a4 = reinterpret_cast<const float4*>(a);

@@ -14,7 +14,7 @@ namespace {
 
 // The largest batch the image chain runs by default: 12 images per SM. On a 132-SM GPU the image
 // chain wins up to between 1,024 and 2,048 images, where the tiled kernels' larger work items take
-// over (docs/perf-fused-gpu.md). ImageChainOptions picks another limit, the largest cluster, the
+// over (docs/design/custom-fused.md). ImageChainOptions picks another limit, the largest cluster, the
 // general cluster kernel and the conv items' split rule; the bits are the same every way.
 constexpr int kImageImagesPerSm = 12;
 

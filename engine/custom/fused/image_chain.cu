@@ -1,6 +1,6 @@
 // The image chain: the whole fused chain (conv part, then dense part, then softmax) for one image
 // per block, for batches too small to fill the GPU with the tiled kernels (conv_chain.cu,
-// dense_chain.cu). docs/perf-fused-gpu.md has the prediction and the measurements.
+// dense_chain.cu). docs/design/custom-fused.md has the prediction and the measurements.
 //
 // Why a third kernel: at batch 1 the tiled kernels give one block the whole image with work items
 // sized for throughput (LeNet-5's c3: 60 items of 4,800 FMAs, two warps busy) and stream the first
@@ -34,13 +34,13 @@ namespace cg = cooperative_groups;
 // One block per image (the larger batches; fewer images run on clusters) takes the items with the
 // channel groups inside the row strips (conv_tiled's kGroupsInner): fewer bank conflicts.
 // A cluster keeps strips inside groups: batch 1 was not faster the other way
-// (docs/perf-fused-gpu.md), and its work splits between blocks in contiguous ranges of items either way.
+// (docs/design/custom-fused.md), and its work splits between blocks in contiguous ranges of items either way.
 // A cluster's blocks take conv items of one output channel instead of kImageOcb (conv_tiled's OCU:
 // twice the items, each with half the FMAs, activations and sends) by the plan's split rule
 // (SpatialLayer::image_split, fused_plan.cpp's plan_image_conv_setup): in large clusters, whose
 // threads mostly idle, for the layers whose split items fit one round of a block's threads; in
 // smaller clusters the block's warps are busy enough that the extra loads cost more than the
-// shorter chains save (docs/perf-fused-gpu.md). Their weights come from the one-channel copy
+// shorter chains save (docs/design/custom-fused.md). Their weights come from the one-channel copy
 // (SpatialLayer::split_weight_off).
 // kSpec (image_chain_body): 0 every variant; K > 1 only conv_tiled<K> items (the plan launches that
 // kernel only for chains whose conv layers are all K*_2).
@@ -299,7 +299,7 @@ __device__ void dense_part(const ImageChainParams& p, float* smem, const Team<kC
 // The image chain for the images of one block (kCluster false) or of one cluster. kSpec 0: any
 // chain the plan accepts. kSpec > 0, clusters only (ImageChainParams::cluster_kernel): a chain whose
 // conv layers are all K*_2 with K = kSpec (1: no conv layers); the code for everything else is left
-// out, a fraction of the general kernel's (docs/perf-fused-gpu.md): the SMs' instruction caches
+// out, a fraction of the general kernel's (docs/design/custom-fused.md): the SMs' instruction caches
 // start cold at every launch, and each jump into code not yet fetched waits; the less code between
 // the parts a chain runs, the fewer waits.
 template <bool kCluster, int kSpec>

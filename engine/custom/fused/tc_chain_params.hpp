@@ -11,7 +11,7 @@
 // act: none, relu, tanh or sigmoid; pool: average or max; no padding, stride 1 convolutions. Smaller
 // layers are zero-padded to these sizes at plan time (a zero weight row or column adds nothing).
 // tc_chain_plan.cpp decides whether a graph has this shape and says why not; tc_chain.cuh holds the
-// 16-bit layers, tc_int8_chain.cuh the int8 ones (docs/perf-custom-tensor-core.md). Plain structs: included from .cu files and host code.
+// 16-bit layers, tc_int8_chain.cuh the int8 ones (docs/design/custom-tensor-core.md). Plain structs: included from .cu files and host code.
 #include <cstdint>
 
 namespace engine::custom::tc {

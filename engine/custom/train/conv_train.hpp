@@ -1,6 +1,6 @@
 #pragma once
 // conv2d for training, fp32: forward, input gradient, weight and bias gradients (their summation
-// orders: docs/training.md, "Determinism"). Every output element is computed by one thread (the
+// orders: docs/design/training.md, "Determinism"). Every output element is computed by one thread (the
 // weight and bias gradients: one block, a fixed-shape tree), so results are bitwise reproducible.
 #include <cuda_runtime_api.h>
 

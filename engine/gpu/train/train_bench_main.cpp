@@ -1,5 +1,5 @@
 // train_bench_gpu: time per epoch of a GPU backend's training (custom or cudnn) with the data
-// already in GPU memory (DeviceTrainer::step_device), for tools/bench_train_gpu.py. No op logic here.
+// already in GPU memory (DeviceTrainer::step_device), for benchmarks/bench_train_gpu.py. No op logic here.
 //
 //   train_bench_gpu MODEL.json [--backend custom|cudnn] [--batch 256,32] [--samples 60000] [--epochs 5]
 //                   [--warmup 1] [--optimizer adam|sgd] [--lr X] [--seed S] [--json OUT]
