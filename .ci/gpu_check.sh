@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run every test (GPU ones included), compute-sanitizer on the GPU
 # test binary, and `engine run` on MNIST t10k with each backend. Logs go to $OUT (or ./gpu-check).
 # Expects the MNIST test set in data/mnist/ (copied there from ../shared/data, carried to the device).
-#   usage: .ci/gpu_check.sh [build|test|sanitize|run|bench|perf|precision|tc|crossover|multi|train|train-multi|train-accuracy|train-recipes]...
+#   usage: .ci/gpu_check.sh [build|test|sanitize|run|bench|perf|precision|tc|multi|train|train-multi|train-accuracy|train-recipes]...
 #   (default: build test sanitize run)
 # train needs the MNIST training set too: data/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz;
 # train-accuracy also Fashion-MNIST's, in data/fashion/ (from Debian's dataset-fashion-mnist).
@@ -118,8 +118,7 @@ PY
     ;;
   precision)
     # Reduced precision on the cudnn backend: the storage tests (NHWC at fp32 parity, fp16/bf16 against the
-    # reference's emulation, LeNet-5 on MNIST), then engine bench of cudnn fp32 / fp16 / bf16 with
-    # A/B of the layout (ENGINE_CUDNN_LAYOUT=nchw) and of space-to-depth (ENGINE_CUDNN_S2D=0), PyTorch
+    # reference's emulation, LeNet-5 on MNIST), then engine bench of cudnn fp32 / fp16 / bf16, PyTorch
     # fp32 and fp16 / bf16 channels_last, and every model's accuracy per precision
     # (benchmarks/precision_report.py; PREC_REPORT=0 skips it), JAX/XLA fp32 and bf16; PREC_NCU=1 adds Nsight
     # Compute per-kernel numbers. PREC_BATCHES (default 1024,65536). Files: precision-*.json,
@@ -134,10 +133,6 @@ PY
         timeout 100 $B/engine bench "$model" --backend cudnn --precision $p "${common[@]}" \
           --json "$OUT/precision-cudnn-$p.json" 2>&1 | grep -E "images/s|skipped" || rc=1
       done
-      ENGINE_CUDNN_LAYOUT=nchw timeout 100 $B/engine bench "$model" --backend cudnn --precision fp16 "${common[@]}" \
-        2>&1 | grep -E "images/s|skipped" | sed 's/^/[fp16 NCHW] /'
-      ENGINE_CUDNN_S2D=0 timeout 100 $B/engine bench "$model" --backend cudnn --precision fp16 "${common[@]}" \
-        2>&1 | grep -E "images/s|skipped" | sed 's/^/[fp16 no s2d] /'
       timeout 150 "$py" benchmarks/bench_torch.py "$model" --engine "$OUT/precision-cudnn-fp16.json" --dtype fp32,fp16,bf16 \
         --no-data-transfers --json "$OUT/precision-torch.json" || rc=1
       timeout 150 "$py" benchmarks/bench_jax.py "$model" --device gpu --dtype fp32,bf16 --batch "$batches" --duration 0.5 \
@@ -245,37 +240,6 @@ PY
     }
     perf_all 2>&1 | tee "$OUT/perf.log" || status=1
     ;;
-  crossover)
-    # The custom fused path's kernel sets at small and middle batches (docs/design/custom-fused.md): the
-    # image chain forced on every batch (clusters of blocks per image where the batch is small, then
-    # without clusters), then the tiled kernels forced; compute scope with CUDA graphs. The table
-    # says where each stops winning. Files: crossover-*.json.
-    py=/opt/torch/.venv/bin/python3; [[ -x $py ]] || py=python3
-    for mode in image:1000000000:8 image-1:1000000000:1 tiled:0:1; do
-      IFS=: read -r name max cluster <<<"$mode"
-      ENGINE_FUSED_IMAGE_MAX=$max ENGINE_FUSED_IMAGE_CLUSTER=$cluster timeout 150 $B/engine -q bench \
-        ${BENCH_MODEL:-models/lenet5.json} --backend custom --batch "${CROSSOVER_BATCHES:-1,16,64,256,512,1024,2048,4096}" \
-        --cuda-graph --no-data-transfers --duration "${BENCH_DURATION:-0.3}" --repetitions 3 \
-        --json "$OUT/crossover-$name.json" >/dev/null || status=1
-    done
-    "$py" - "$OUT" <<'PY' || status=1
-import json, sys
-out = sys.argv[1]
-modes = ("image", "image-1", "tiled")
-rows = {}
-for mode in modes:
-    for r in json.load(open(f"{out}/crossover-{mode}.json"))["results"]:
-        if r["scope"] == "compute" and r["mode"] == "graph":
-            rows.setdefault(r["batch"], {})[mode] = r["images_per_s"]
-print("batch | image chain, clusters | image chain, 1 block/image | tiled kernels   (images/s, us per batch)")
-for b in sorted(rows):
-    cells = []
-    for m in modes:
-        v = rows[b].get(m, 0)
-        cells.append(f"{v:13,.0f} {1e6 * b / v if v else 0:8.1f}")
-    print(f"{b:6d} | " + " | ".join(cells))
-PY
-    ;;
   multi)
     # --devices on every GPU of the host (docs/design/multi-gpu.md): the multi-device GPU tests (two
     # executables on GPU 0; GPUs 0 and 1 where there are two), engine run --devices all against GPU 0
@@ -323,7 +287,7 @@ PY
         >"$OUT/train-tests.log" 2>&1 || status=1
       grep -E "^\[ measured|OK \]|FAILED|PASSED|SKIPPED" "$OUT/train-tests.log" | grep -v "measured \] plan" | tail -80
       timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/gpu/gpu_tests --gtest_brief=1 \
-        --gtest_filter="${TRAIN_SANITIZER_FILTER:-CustomTrainGradients*:CustomTrainInterface*:CudnnTrainGradients*:CudnnTrainInterface*:-*LenetLike*}" \
+        --gtest_filter="${TRAIN_SANITIZER_FILTER:-CustomTrain/GpuTrainGradients.*:CustomTrain/GpuTrainInterface.*:CudnnTrain/GpuTrainGradients.*:CudnnTrain/GpuTrainInterface.*:-*LenetLike*}" \
         >"$OUT/train-sanitizer.log" 2>&1 || status=1
       echo "compute-sanitizer memcheck (train): $(grep -E "ERROR SUMMARY" "$OUT/train-sanitizer.log" | tail -1)"
     fi
