@@ -1,23 +1,20 @@
 // The fused conv chain: one persistent kernel runs every spatial layer of a model (conv2d, pools,
 // activations in epilogues) for a tile of T images per block with all intermediates in shared
 // memory, and writes the chain's output flattened (CHW) to global memory. fused_layers.hpp says
-// what the parameters mean; docs/design/custom-fused.md has the versions, predictions and measurements.
+// what the parameters mean; docs/design/custom-fused.md has the design and its measurements.
 //
-// Version 1 (commit f8c0d67, measured in docs/design/custom-fused.md): the tiled convolution keeps OCB output channels x 4 output rows of one
-// output column per thread in registers (acc[OCB][4]). For each input channel and kernel column it
-// loads the 4 + KH - 1 input values of that column once and reuses them for every kernel row, and
-// reads each weight row (OCB floats, one float4/float2 broadcast load per 4/2 channels) once per 4
-// outputs: 5x5 kernels with OCB = 8 do 160 FMAs per 18 shared-memory loads. Lanes of a warp take
-// consecutive output columns, so the input loads of a warp hit consecutive banks. 8.9 M images/s on
-// LeNet-5; Nsight Compute: FMAs were 27 % of the instructions (integer index arithmetic, the
-// separate pooling pass), 8.5 cycles between a warp's instructions at 16 warps per SM.
-//
-// Version 2 (this file): square kernels known at compile time (the kernel-column loop unrolls too);
-// a 2x2 stride-2 pool that follows a tiled conv is done in its epilogue (rows in registers, columns
-// with the partner lane through one shuffle), so the conv's full-size output never reaches shared
-// memory and its pooling pass and buffer disappear (LeNet-5: 24 KB -> 9.5 KB per image, twice the
-// images per block); work-item indices divide by a float reciprocal (a few instructions, exact for
-// the shared-memory-sized ranges here) instead of integer division; dense inputs are copied as is.
+// The tiled convolution keeps OCB output channels x a few output rows of one output column per
+// thread in registers. For each input channel and kernel column it loads that column's input values
+// once and reuses them for every kernel row, and reads each weight row (OCB floats, one float4/float2
+// broadcast load per 4/2 channels) once per output row group: 5x5 kernels with OCB = 8 and 4 rows do
+// 160 FMAs per 18 shared-memory loads. Lanes of a warp take consecutive output columns, so the input
+// loads of a warp hit consecutive banks. Square kernels are known at compile time (the kernel-column
+// loop unrolls too). A 2x2 stride-2 pool that follows a tiled conv is done in its epilogue (rows in
+// registers, columns with the partner lane through one shuffle), so the conv's full-size output never
+// reaches shared memory and needs no pooling pass or buffer (LeNet-5: 24 KB -> 9.5 KB per image,
+// twice the images per block). Work-item indices divide by a float reciprocal (a few instructions,
+// exact for the shared-memory-sized ranges here) instead of integer division, which dominated the
+// instruction mix otherwise; dense inputs are copied as is.
 #include "engine/custom/fused/conv_layers.cuh"
 #include "engine/custom/fused/fused_layers.hpp"
 #include "engine/gpu/cuda_check.hpp"

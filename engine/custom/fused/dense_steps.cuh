@@ -18,10 +18,10 @@ namespace {
 
 // s + sum over r < rows of a[r] * w[r], r ascending, over a unit-major run of weights (a cluster's
 // few units per block): a and w 16-byte aligned, rows a multiple of 4. A unit's 400-step chain (f5)
-// is the batch-1 forward's longest: the strided loop (image_dense.cuh's dense_chain, two scalar
-// loads per step) ran at ~15 cycles per step there, bound by shared-memory loads
-// (dev/probes/batch1_floor.cu: 13 cycles per step for such a loop alone); here a float4 of each
-// operand serves 4 steps, and the next 8 steps' operands are loaded before the FMAs of these 8.
+// is the batch-1 forward's longest: a strided loop with two scalar loads per step (image_dense.cuh's
+// dense_chain) is bound by shared-memory load latency (dev/probes/batch1_floor.cu measures such a
+// loop alone); here a float4 of each operand serves 4 steps, and the next 8 steps' operands are
+// loaded before the FMAs of these 8.
 __device__ __forceinline__ float dense_chain4(const float* a, const float* w, int rows, float s) {
   {
     const float4* a4 = reinterpret_cast<const float4*>(a);

@@ -20,14 +20,13 @@ __device__ __forceinline__ float apply_act(float v, Act act) {
 
 // Not inlined: a register-tiled epilogue calls it for every accumulator (32 call sites in one
 // unrolled loop); inlined, each call site carried its own copy of tanhf/expf and the kernel's hot
-// code stopped fitting in the instruction cache (Nsight Compute, conv chain v2: 4.1 of 11.3 stall
-// cycles per instruction waiting for instruction fetch). N values per call (the register tile's
+// code stopped fitting in the instruction cache (warps stalled on instruction fetch;
+// docs/design/custom-fused.md). N values per call (the register tile's
 // pairs and quads), so the call and the dispatch on the code are paid once per N results.
 //
-// The epilogue arrives packed in one word (Epilogue::code), read by the caller once per layer.
-// Version 3 of the conv chain re-packed it from the kernel's parameter block at every call: the
-// SASS showed ~45 instructions of constant-bank loads, shifts and ORs before each of the 6,304
-// tanh calls of a LeNet-5 image, about 40 % of the conv chain's instructions.
+// The epilogue arrives packed in one word (Epilogue::code), read by the caller once per layer:
+// re-packing it from the kernel's parameter block at every call costs dozens of constant-bank
+// loads, shifts and ORs before each activation call (docs/design/custom-fused.md).
 static_assert(kMaxEpilogueActs <= 3 && int(Act::Sigmoid) < 4, "an epilogue packs into 8 bits");
 
 template <int N>
