@@ -91,7 +91,7 @@ def _add_torch(sub) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="export", description="Export a trained model to format v1 "
+    parser = argparse.ArgumentParser(prog="cnnengine-export", description="Export a trained model to format v1 "
                                      "(formats/model-format-v1.md) and check it numerically.")
     sub = parser.add_subparsers(dest="kind", required=True, metavar="SOURCE-KIND")
     _add_torch(sub)
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
             tolerance=args.tolerance, use_engine=not args.no_engine,
             producer=f"tools/export {args.kind}")
     except (export.ExportError, ModelFormatError, FileNotFoundError) as e:
-        print(f"export: error: {e}", file=sys.stderr)
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {model.path} and {model.path.parent / model.graph['weights']['file']} "
           f"({model.parameter_count():,} parameters, {len(model.graph['nodes'])} nodes)")

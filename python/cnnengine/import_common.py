@@ -18,7 +18,7 @@ from .export_args import float_list, int_list, labels_from_arg
 
 
 class ImportFailure(export.ExportError):
-    """An importer's error; the CLI prints it as `export: error: ...` and exits 1."""
+    """An importer's error; the CLI prints it as `cnnengine-export: error: ...` and exits 1."""
 
 
 # --------------------------------------------------------------------------------------------------

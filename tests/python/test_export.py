@@ -190,7 +190,7 @@ def test_missing_or_damaged_source_is_not_a_pickle_question(tmp_path):
     missing = tmp_path / "absent.pt"
     r = run_export("torch", str(missing), "-o", str(tmp_path / "x.json"), "--input-shape", "1,28,28")
     assert r.returncode == 1
-    assert r.stderr.strip() == f"export: error: {missing}: no such file", r.stderr
+    assert r.stderr.strip() == f"cnnengine-export: error: {missing}: no such file", r.stderr
     junk = tmp_path / "junk.pt"
     junk.write_text("not a torch file")
     r = run_export("torch", str(junk), "-o", str(tmp_path / "x.json"), "--input-shape", "1,28,28")
@@ -258,3 +258,9 @@ def test_bound_is_relative_to_the_output_scale():
     assert not export.compare("p", probs + 2e-5, probs, 1e-5).ok
     report = export.CheckReport([ok], 2, "skipped", 1e-5)
     assert "1e-05 * max(1, max |reference|)" in report.text() and "(bound 3.00e-04)" in report.text()
+
+
+def test_help_names_the_console_script():
+    r = run_export("--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: cnnengine-export "), r.stdout
