@@ -524,7 +524,8 @@ class CustomBackend final : public Backend {
   }
 
   // Training: the ops and refusals of the host trainers (every v1 op), fp32 kernels in
-  // engine/custom/train/ (conv, dense, pool) over engine/gpu/train/ (the rest). Unavailable without a GPU: the registry reports the backend unavailable.
+  // engine/custom/train/ (conv, dense, pool) over engine/gpu/train/ (the rest). Unavailable
+  // without a GPU: the registry reports the backend unavailable.
   std::optional<std::string> cannot_train() const override { return std::nullopt; }
   std::unique_ptr<TrainExecutable> compile_training(const Graph& graph, const TrainOptions& options) override {
     check_supported(*this, graph);
