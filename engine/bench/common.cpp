@@ -1,5 +1,7 @@
 #include "engine/bench/common.hpp"
 
+#include "engine/core/host_cpu.hpp"
+
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -79,21 +81,6 @@ std::string stats_line(const Stats& s, int digits) {
 
 namespace {
 
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        auto name = line.substr(colon + 1);
-        name.erase(0, name.find_first_not_of(" \t"));
-        return name;
-      }
-    }
-  return "unknown CPU";
-}
-
 // fp32 x = x * a + b over 64 independent lanes per thread (vectorised by the compiler as this
 // build allows: without -march flags, SSE mulps + addps). Counts 2 flops per update. `seconds`
 // of work per thread at least.
@@ -148,7 +135,8 @@ double copy_rate_gbps(int threads) {
 
 HostInfo probe_host() {
   HostInfo h;
-  h.cpu = cpu_model_name();
+  h.cpu = host_cpu_model_name();
+  if (h.cpu.empty()) h.cpu = "unknown CPU";
   h.threads = std::max(1, omp_get_max_threads());
   h.fma_gflops_one = cpu_rate_gflops(1, 0.05);
   h.fma_gflops_all = h.threads > 1 ? cpu_rate_gflops(h.threads, 0.05) : h.fma_gflops_one;

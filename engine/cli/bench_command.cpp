@@ -6,6 +6,7 @@
 
 #include "engine/bench/bench.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/core/backend.hpp"
 
 namespace engine::cli {
 namespace {
@@ -41,7 +42,7 @@ CLI::App* add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "CPU backends: threads to use (default: all cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, engine::kMaxThreads));
   cmd->add_option("--devices", o.devices,
                   "GPU backends: all or indices like 0,1 (see `engine backends`); cases run on the first, and "
                   "with several each batch is also split across all of them (scaling vs the first alone)");

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16", "int8"}))
       ->capture_default_str();
   run_cmd->add_option("--threads", run.threads, "CPU backends: threads to use (default: all cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, engine::kMaxThreads));
   run_cmd->add_option("--devices", run.devices,
                       "GPU backends: the GPUs to split the images across, all or indices like 0,1 (see `engine "
                       "backends`); the output is the bits of one GPU at the same --batch");
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   calibrate_cmd->add_option("--backend", calibrate.backend, "Backend that runs the samples (default cpu)");
   calibrate_cmd->add_option("--batch", calibrate.batch, "Samples per run")->check(CLI::Range(1, 65536))->capture_default_str();
   calibrate_cmd->add_option("--threads", calibrate.threads, "CPU backends: threads (default: all cores)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, engine::kMaxThreads));
 
   engine::cli::ShowOptions show;
   auto* show_cmd = app.add_subcommand("show", "Print one image of DATA as ASCII art");
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"torch", "keras"}))
       ->capture_default_str();
   train_cmd->add_option("--backend", train.backend, "Backend that trains: reference, cpu, custom or cudnn (GPU) (default cpu)");
-  train_cmd->add_option("--threads", train.threads, "CPU backends: threads (default: all cores)")->check(CLI::Range(1, 4096));
+  train_cmd->add_option("--threads", train.threads, "CPU backends: threads (default: all cores)")->check(CLI::Range(1, engine::kMaxThreads));
   train_cmd->add_option("--devices", train.devices,
                         "GPU backends: the GPUs to train on, all or indices like 0,1 (see `engine backends`); several: "
                         "data parallel, each --batch split across them and the gradients summed by NCCL");

@@ -25,6 +25,10 @@ enum class Precision { FP32, TF32, FP16, BF16, INT8 };
 const char* precision_name(Precision p);                      // "fp32", ...
 std::optional<Precision> parse_precision(const std::string& name);
 
+// The most threads a CPU backend is asked for (--threads, threads=): far above any core count the
+// engine meets, low enough that a typo cannot ask the system for millions of threads.
+inline constexpr int kMaxThreads = 4096;
+
 struct CompileOptions {
   int max_batch = 256;        // largest n a run() may be given
   bool deterministic = true;  // bitwise-reproducible results (no atomics, deterministic algorithms)

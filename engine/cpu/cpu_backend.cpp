@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/core/host_cpu.hpp"
 #include "engine/core/registry.hpp"
 #include "engine/cpu/cpu_executable.hpp"
 #include "engine/cpu/cpu_options.hpp"
@@ -20,19 +21,6 @@
 
 namespace engine::cpu {
 namespace {
-
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) break;
-    const auto start = line.find_first_not_of(" \t", colon + 1);
-    return start == std::string::npos ? std::string() : line.substr(start);
-  }
-  return {};
-}
 
 bool has_avx2_fma() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -77,7 +65,7 @@ class CpuBackend : public Backend {
   explicit CpuBackend(const CpuOptions& options) : options_(options) {}
   std::string name() const override { return "cpu"; }
   std::string description() const override {
-    const std::string model = cpu_model_name();
+    const std::string model = host_cpu_model_name();
     return fmt::format("fp32 SIMD ({}) on {} ({} threads by default)", pick_kernels(options_.kernels).name,
                        model.empty() ? std::string("the host CPU") : model, omp_get_max_threads());
   }

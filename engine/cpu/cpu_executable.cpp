@@ -83,8 +83,9 @@ void CpuExecutable::FreeDeleter::operator()(float* p) const { std::free(p); }
 CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels)
     : graph_(graph), kernels_(kernels), max_batch_(options.max_batch) {
   if (max_batch_ < 1) throw std::invalid_argument(fmt::format("cpu: max_batch must be at least 1, got {}", max_batch_));
-  if (options.threads < 0)
-    throw std::invalid_argument(fmt::format("cpu: threads must be at least 1 (0: all cores), got {}", options.threads));
+  if (options.threads < 0 || options.threads > kMaxThreads)
+    throw std::invalid_argument(fmt::format("cpu: threads must be 1 to {} (0: all cores), got {}", kMaxThreads,
+                                            options.threads));
   const int lanes = kernels_.lanes;
   const auto& input = graph_.model->input;
   raw_sample_elements_ = formats::element_count(input.raw_shape);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/core/host_cpu.hpp"
 #include "engine/core/registry.hpp"
 #include "engine/reference/reference_executable.hpp"
 #include "engine/reference/train_f64.hpp"
@@ -16,25 +17,11 @@
 namespace engine::reference {
 namespace {
 
-// The processor's marketing name from /proc/cpuinfo when there is one (Linux), for the logs.
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) break;
-    const auto start = line.find_first_not_of(" \t", colon + 1);
-    return start == std::string::npos ? std::string() : line.substr(start);
-  }
-  return {};
-}
-
 class ReferenceBackend : public Backend {
  public:
   std::string name() const override { return "reference"; }
   std::string description() const override {
-    const std::string model = cpu_model_name();
+    const std::string model = host_cpu_model_name();
     return fmt::format("reference C++ on {} ({} OpenMP threads, double accumulation)",
                        model.empty() ? std::string("the host CPU") : model, omp_get_max_threads());
   }

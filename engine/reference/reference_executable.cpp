@@ -91,8 +91,9 @@ ReferenceExecutable::ReferenceExecutable(const Graph& graph, const CompileOption
   }
 
   prepare_reduced_precision(options);
-  if (options.threads < 0)
-    throw std::invalid_argument(fmt::format("reference: threads must be at least 1 (0: all cores), got {}", options.threads));
+  if (options.threads < 0 || options.threads > kMaxThreads)
+    throw std::invalid_argument(fmt::format("reference: threads must be 1 to {} (0: all cores), got {}", kMaxThreads,
+                                            options.threads));
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
   const int64_t per_sample = graph_.arena_floats_per_sample;
   if (uint64_t(per_sample) * uint64_t(threads_) > std::numeric_limits<size_t>::max() / sizeof(float))

@@ -170,7 +170,8 @@ std::unique_ptr<Session> make_session(const std::string& path, const std::string
     throw nb::value_error(
         fmt::format("precision must be 'fp32', 'tf32', 'fp16', 'bf16' or 'int8', not '{}'", precision).c_str());
   if (max_batch && *max_batch < 1) throw nb::value_error(fmt::format("max_batch must be >= 1, not {}", *max_batch).c_str());
-  if (threads < 0) throw nb::value_error(fmt::format("threads must be >= 0, not {}", threads).c_str());
+  if (threads < 0 || threads > engine::kMaxThreads)
+    throw nb::value_error(fmt::format("threads must be 0 (all cores) to {}, not {}", engine::kMaxThreads, threads).c_str());
   o.max_batch = max_batch;
   o.threads = threads;
   o.fuse = fuse;

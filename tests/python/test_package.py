@@ -228,7 +228,7 @@ def test_unknown_and_unavailable_backends():
 @pytest.mark.parametrize("kwargs,message", [
     ({"precision": "fp8"}, "precision must be 'fp32', 'tf32', 'fp16', 'bf16' or 'int8'"),
     ({"max_batch": 0}, "max_batch must be >= 1"),
-    ({"threads": -1}, "threads must be >= 0"),
+    ({"threads": -1}, "threads must be 0 .all cores. to 4096, not -1"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -2,7 +2,6 @@
 count, never a hang (its thread pool stops the workers that did start)."""
 import os
 import pathlib
-import resource
 import subprocess
 
 import pytest
@@ -18,17 +17,25 @@ def _engine():
     return found
 
 
-def _small_address_space():
-    # 4 GiB of address space: far less than 1,200 threads' stacks (8 MiB each by default).
-    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-
-
 def test_threads_the_system_cannot_start_are_an_error_not_a_hang():
     if not MNIST.is_file():
         pytest.skip(f"{MNIST} missing")
-    r = subprocess.run([_engine(), "run", str(REPO / "models" / "lenet5.json"), str(MNIST), "--backend", "cpu",
+    # 4 GiB of address space (ulimit -v, in KiB), far less than 1,200 threads' stacks (8 MiB each by
+    # default); set by a shell rather than preexec_fn, which is unsafe in a process with threads.
+    r = subprocess.run(["sh", "-c", 'ulimit -v 4194304 && exec "$0" "$@"', _engine(), "run", str(REPO / "models" / "lenet5.json"), str(MNIST), "--backend", "cpu",
                         "--threads", "1200", "--limit", "10"],
-                       capture_output=True, text=True, timeout=120, preexec_fn=_small_address_space)
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "could not start its 1200 threads" in r.stderr, r.stderr
     assert "--threads" in r.stderr
+
+
+def test_threads_are_bounded_on_the_cli_and_in_python():
+    # 4 GiB of address space (ulimit -v, in KiB), far less than 1,200 threads' stacks (8 MiB each by
+    # default); set by a shell rather than preexec_fn, which is unsafe in a process with threads.
+    r = subprocess.run(["sh", "-c", 'ulimit -v 4194304 && exec "$0" "$@"', _engine(), "run", str(REPO / "models" / "lenet5.json"), str(MNIST), "--threads", "4097"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--threads" in r.stderr and "4096" in r.stderr, r.stderr
+    cnnengine = pytest.importorskip("cnnengine")
+    with pytest.raises(ValueError, match="threads must be 0 .* to 4096, not 5000"):
+        cnnengine.load(str(REPO / "models" / "lenet5.json"), backend="cpu", threads=5000)
