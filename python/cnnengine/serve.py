@@ -52,7 +52,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("models", nargs="+", metavar="MODEL.json", help="format v1 graph files")
     p.add_argument("--backend", default=None,
                    help="engine backend: cpu, reference, custom, cudnn (default: the best available)")
-    p.add_argument("--address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="address HTTP, gRPC and metrics listen on (default: %(default)s, loopback only; "
+                        "0.0.0.0 exposes the server on every interface)")
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--metrics-port", type=int, default=8002)
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     config = TritonConfig(http_address=args.address, http_port=args.http_port,
                           grpc_address=args.address, grpc_port=args.grpc_port,
-                          metrics_port=args.metrics_port, allow_metrics=True,
+                          metrics_address=args.address, metrics_port=args.metrics_port, allow_metrics=True,
                           log_verbose=args.log_verbose, exit_on_error=True)
     # serve() blocks until SIGINT; SIGTERM (how supervisors and the tests stop it) does the same.
     signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
@@ -234,7 +236,8 @@ class ServerProcess:
 
         import tritonclient.http as httpclient
 
-        cmd = [sys.executable, "-m", "cnnengine.serve", *self.models, "--address", "127.0.0.1",
+        # No --address: the server's default (loopback) is what the tests see.
+        cmd = [sys.executable, "-m", "cnnengine.serve", *self.models,
                "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
                "--metrics-port", str(self.metrics_port), *self.extra_args]
         self.proc = subprocess.Popen(cmd, stdout=self.log or subprocess.DEVNULL, stderr=subprocess.STDOUT)

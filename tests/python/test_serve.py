@@ -86,6 +86,34 @@ def test_health(http, grpc):
         assert not client.is_model_ready("nope")
 
 
+def _listening_addresses(port):
+    """The local addresses of sockets listening on `port` (TCP over IPv4 and IPv6), from /proc/net."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = pathlib.Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.append(address)
+    return found
+
+
+def test_listens_on_loopback_only_by_default(server):
+    from cnnengine.serve import parse_args
+    assert parse_args(["model.json"]).address == "127.0.0.1"
+    if not pathlib.Path("/proc/net/tcp").exists():
+        pytest.skip("no /proc/net/tcp here")
+    # 127.0.0.1, ::1, and 127.0.0.1 as an IPv4-mapped IPv6 address (gRPC's socket)
+    loopback = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+    for port in (server.http_port, server.grpc_port, server.metrics_port):
+        addresses = _listening_addresses(port)
+        assert addresses and set(addresses) <= loopback, (port, addresses)
+
+
 def test_metadata_and_config(http, grpc):
     labels = json.loads(LENET.read_text())["labels"]
     md = http.get_model_metadata("lenet5")
