@@ -58,6 +58,37 @@ def first(out):
     return out[0] if isinstance(out, tuple) else out
 
 
+class Split:
+    """A model as the engine splits it: `preprocess` (uint8 pixels -> the float input) and `nodes`
+    (the float input -> outputs); calling it runs both. Any nn.Module fits as `nodes`."""
+
+    def __init__(self, preprocess, nodes):
+        self.preprocess, self.nodes = preprocess, nodes
+
+    def __call__(self, x):
+        return self.nodes(self.preprocess(x))
+
+
+def graph_split(gm):
+    """The reference interpreter's GraphModule (cnnengine.model_format.to_torch) as a Split."""
+    return Split(gm.preprocess, lambda x: nodes_forward(gm, x))
+
+
+def typed(torch, module, preprocess, dtype):
+    """`module` for `dtype`: fp16 and bf16 run in that type and channels_last (NHWC: what cuDNN's
+    tensor-core kernels read); `preprocess` (a cnnengine Preprocess) keeps float32 arithmetic, as
+    the spec fixes it, and hands the nodes its result in their type."""
+    if dtype == "fp32":
+        return module
+    module = module.to(dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
+    module = module.to(memory_format=torch.channels_last)
+    preprocess.to(dtype=torch.float16 if dtype == "fp16" else torch.bfloat16)
+    for name in ("mean", "std"):
+        if hasattr(preprocess, name):
+            setattr(preprocess, name, getattr(preprocess, name).float())
+    return module
+
+
 class Timer:
     """Time points on the current stream (CUDA events) or a host clock (CPU)."""
 
@@ -82,11 +113,11 @@ class Timer:
 
 
 class Case:
-    """One (batch, mode) of the model: static buffers, and the compute part eager or as a graph."""
+    """One (batch, mode) of a Split model: static buffers, and the compute part eager or as a graph.
+    `spec` is the format's input object (dtype, raw shape)."""
 
-    def __init__(self, torch, gm, graph_json, device, n, mode, dtype="fp32"):
+    def __init__(self, torch, gm, spec, device, n, mode, dtype="fp32"):
         self.torch, self.gm, self.device, self.n, self.mode, self.dtype = torch, gm, device, n, mode, dtype
-        spec = graph_json["input"]
         shape = (n,) + tuple(spec["shape"])
         gen = torch.Generator().manual_seed(1234)
         if spec["dtype"] == "uint8":
@@ -104,7 +135,7 @@ class Case:
         self.host_out = torch.empty(out.shape, dtype=out.dtype, pin_memory=cuda)
         self.graph_compute = self.graph_full = None
         if mode == "graph":
-            self.graph_compute, self.out_compute = self._capture(lambda: first(nodes_forward(gm, self.pre)))
+            self.graph_compute, self.out_compute = self._capture(lambda: first(gm.nodes(self.pre)))
             self.graph_full, self.out_full = self._capture(lambda: first(gm(self.dev_in)))
 
     def _capture(self, fn):
@@ -124,7 +155,7 @@ class Case:
         if self.graph_compute is not None:
             self.graph_compute.replay()
             return self.out_compute
-        return first(nodes_forward(self.gm, self.pre))
+        return first(self.gm.nodes(self.pre))
 
     def full(self):
         if self.graph_full is not None:
@@ -183,6 +214,32 @@ def bench_case(case, scope, s, log):
     result["repetitions"] = reps
     log(summary_line(f"pytorch {case.dtype} {case.mode:5s} batch {case.n:6d} {scope:7s}", result))
     return result
+
+
+def run_cases(torch, nets, spec, device, configs, scopes, s, max_batch, log):
+    """Every batch of s["batches"] in every (dtype, mode) of `configs` (nets[dtype]: a Split), each
+    scope of `scopes`. Returns (results, skipped); a case that fails (out of memory included) is
+    skipped with its reason, and the others run."""
+    results, skipped = [], []
+    for n, (d, mode) in [(n, c) for n in s["batches"] for c in configs]:
+        if max_batch is not None and n > max_batch:
+            if (d, mode) == configs[0]:
+                skipped.append({"backend": "pytorch", "batch": n, "reason": f"batch > --max-batch {max_batch}"})
+            continue
+        try:
+            case = Case(torch, nets[d], spec, device, n, mode, d)
+            finite = case.outputs_finite()
+            for scope in scopes:
+                r = bench_case(case, scope, s, log)
+                r["outputs_finite"] = finite
+                results.append(r)
+            del case
+        except RuntimeError as e:  # out of memory included (torch.cuda.OutOfMemoryError)
+            skipped.append({"backend": "pytorch", "batch": n, "reason": f"{d} {mode}: {e}".splitlines()[0]})
+            log(f"pytorch {d} {mode} batch {n}: skipped: {str(e).splitlines()[0]}")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return results, skipped
 
 
 # --------------------------------------------------------------------------------------------------
@@ -280,33 +337,10 @@ def main(argv=None):
     modules = {}
     for d in dtypes:
         gm = mf.to_torch(model).eval().to(device)
-        if d != "fp32":
-            gm = gm.to(dtype=torch.float16 if d == "fp16" else torch.bfloat16).to(memory_format=torch.channels_last)
-            for name in ("mean", "std"):  # the preprocessing's constants stay float32, as the spec fixes them
-                if hasattr(gm.preprocess, name):
-                    setattr(gm.preprocess, name, getattr(gm.preprocess, name).float())
-        modules[d] = gm
+        modules[d] = graph_split(typed(torch, gm, gm.preprocess, d))
 
-    results, skipped = [], []
-    for n, d, mode in [(n, d, mode) for n in s["batches"] for d in dtypes for mode in modes]:
-        gm = modules[d]
-        if max_batch is not None and n > max_batch:
-            if d == dtypes[0] and mode == modes[0]:
-                skipped.append({"backend": "pytorch", "batch": n, "reason": f"batch > --max-batch {max_batch}"})
-            continue
-        try:
-            case = Case(torch, gm, model.graph, device, n, mode, d)
-            finite = case.outputs_finite()
-            for scope in scopes:
-                r = bench_case(case, scope, s, log)
-                r["outputs_finite"] = finite
-                results.append(r)
-            del case
-        except RuntimeError as e:  # out of memory included (torch.cuda.OutOfMemoryError)
-            skipped.append({"backend": "pytorch", "batch": n, "reason": f"{d} {mode}: {e}".splitlines()[0]})
-            log(f"pytorch {d} {mode} batch {n}: skipped: {str(e).splitlines()[0]}")
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    results, skipped = run_cases(torch, modules, model.graph["input"], device,
+                                 [(d, mode) for d in dtypes for mode in modes], scopes, s, max_batch, log)
 
     dev_json = {"available": device.type == "cuda"}
     if device.type == "cuda":

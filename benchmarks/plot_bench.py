@@ -152,6 +152,25 @@ def draw_latency(axes, benches, torch_docs):
         ax.legend(fontsize=6, ncol=2)
 
 
+def grouped_bars(ax, groups, series_names, value, title, ylabel="images/s"):
+    """One group of bars per entry of `groups` (e.g. the zoo's models), one bar per series (e.g.
+    backend and precision), log scale; value(group, series) is a number or None (not drawn)."""
+    width = 0.8 / max(1, len(series_names))
+    palette = ["tab:blue", "tab:green", "tab:red", "tab:purple", "tab:olive", "tab:orange", "tab:cyan", "tab:gray",
+               "tab:pink", "tab:brown"]
+    for k, name in enumerate(series_names):
+        xs = [i + (k - (len(series_names) - 1) / 2) * width for i in range(len(groups))]
+        vals = [value(g, name) or 0 for g in groups]
+        ax.bar(xs, vals, width, label=name, color=COLORS.get(name, palette[k % len(palette)]))
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, rotation=30, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+
+
 OPS_STYLE = {"naive": "tab:orange", "tiled": "tab:purple", "cublas": "tab:green"}
 
 

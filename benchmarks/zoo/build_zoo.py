@@ -64,10 +64,9 @@ def preprocess(x_uint8: np.ndarray, pre: dict) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(y, f32))
 
 
-def train_mnist(model, entry, data, log):
+def train_mnist(model, pre, n, data, log):
     images, labels = data["train"]
-    n = entry.train_images
-    x_all = preprocess(images[:n], entry.preprocess)
+    x_all = preprocess(images[:n], pre)
     y_all = torch.from_numpy(labels[:n].astype(np.int64))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model.train()
@@ -124,13 +123,14 @@ def export_onnx(model, shape, path):
                       do_constant_folding=True)
 
 
-def import_onnx(name, entry, onnx_path, out_json, check_data, log):
+def import_onnx(name, entry, onnx_path, out_json, check_data, check_count, log):
     """`cnnengine-export onnx` with the preprocessing stated; its report goes to the log."""
     from cnnengine import export_cli
     pre = entry.preprocess
     argv = ["onnx", str(onnx_path), "-o", str(out_json), "--name", name, "--description", entry.description,
             "--scale", repr(pre["scale"]), "--mean", ",".join(map(str, pre["mean"])),
-            "--std", ",".join(map(str, pre["std"])), "--labels", ",".join(str(i) for i in range(10))]
+            "--std", ",".join(map(str, pre["std"])), "--labels", ",".join(str(i) for i in range(10)),
+            "--check-count", str(check_count)]
     if check_data:
         argv += ["--check-data", str(check_data)]
     else:
@@ -156,12 +156,12 @@ def write_float_variant(out_dir: pathlib.Path, x_uint8: np.ndarray, pre: dict):
         f.write(a.astype(">f4").tobytes())
 
 
-def engine_classes(model_json, x_uint8, backend):
+def engine_outputs(model_json, x_uint8, backend):
     import cnnengine
     return cnnengine.load(str(model_json), backend=backend).run(x_uint8)
 
 
-def build_one(name, out_root, data, log):
+def build_one(name, out_root, data, log, max_train_images=None, check_count=256):
     entry = REGISTRY[name]
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
@@ -170,12 +170,13 @@ def build_one(name, out_root, data, log):
     info = {"description": entry.description, "dataset": entry.dataset, "input_shape": list(entry.shape),
             "preprocess": entry.preprocess, "seed": seed_of(name)}
     if entry.dataset == "mnist":
-        train_mnist(model, entry, data, log)
+        n_train = min(entry.train_images, max_train_images or entry.train_images)
+        train_mnist(model, entry.preprocess, n_train, data, log)
         test_x, test_y = data["test"]
         with torch.no_grad():
             pred = model(preprocess(test_x, entry.preprocess)).argmax(1).numpy()
         info["pytorch_test_accuracy"] = float((pred == test_y).mean())
-        info["train_images"] = entry.train_images
+        info["train_images"] = n_train
         info["test_images"] = str(data["test_path"])
         log(f"  PyTorch accuracy on the MNIST test set: {info['pytorch_test_accuracy']:.4f}")
         check_data = data["test_path"]
@@ -190,18 +191,18 @@ def build_one(name, out_root, data, log):
     model.eval()
     torch.save(model.state_dict(), out / "torch.pt")
     export_onnx(model, entry.shape, out / "model.onnx")
-    import_onnx(name, entry, out / "model.onnx", out / "model.json", check_data, log)
+    import_onnx(name, entry, out / "model.onnx", out / "model.json", check_data, check_count, log)
     if entry.dataset != "mnist":
         write_float_variant(out, test_x, entry.preprocess)
         info["test_images_float"] = str(out / "test-images-float.idx")
         # The import's check ran without the engine: compare its cpu backend with PyTorch here.
         with torch.no_grad():
-            want = model(preprocess(test_x[:256], entry.preprocess)).numpy()
-        got = engine_classes(out / "model.json", test_x[:256], "cpu")
+            want = model(preprocess(test_x[:check_count], entry.preprocess)).numpy()
+        got = engine_outputs(out / "model.json", test_x[:check_count], "cpu")
         err = float(np.abs(got - want).max())
         if err > 1e-4:
             raise RuntimeError(f"{name}: the engine's cpu backend differs from PyTorch by {err:.3g}")
-        log(f"  engine cpu vs PyTorch on 256 random images: max |diff| {err:.2e}")
+        log(f"  engine cpu vs PyTorch on {check_count} random images: max |diff| {err:.2e}")
     info["parameters"] = sum(p.numel() for p in model.parameters())
     info["files"] = sorted(p.name for p in out.iterdir())
     return info
@@ -214,6 +215,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", help="comma-separated names (default: all): " + ", ".join(REGISTRY))
     ap.add_argument("--mnist", help="folder with the four MNIST idx files (default: ../shared/data/mnist)")
     ap.add_argument("--threads", type=int, default=2, help="PyTorch CPU threads (fixed for determinism)")
+    ap.add_argument("--max-train-images", type=int, help="train on at most this many images (a quick zoo for tests)")
+    ap.add_argument("--check-count", type=int, default=256, help="images in each export's numerical check")
     args = ap.parse_args(argv)
     names = [n for n in args.models.split(",") if n] if args.models else list(REGISTRY)
     unknown = [n for n in names if n not in REGISTRY]
@@ -239,7 +242,7 @@ def main(argv=None) -> int:
     for name in names:
         t0 = time.time()
         log(f"{name}: {REGISTRY[name].description}")
-        manifest[name] = build_one(name, out_root, data, log)
+        manifest[name] = build_one(name, out_root, data, log, args.max_train_images, args.check_count)
         log(f"  done in {time.time() - t0:.1f} s")
         tmp = manifest_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
