@@ -2,10 +2,10 @@
 temporary folder (MNIST ones trained on a few thousand images, a CIFAR-shaped one with its seeded
 random weights), and the engine's `reference` and `cpu` backends, fed the uint8 images, give
 PyTorch's class (the module of models.py with the weights of torch.pt, fed the preprocessed
-images) on every test image: MNIST's 10,000 on `cpu` (the first 1,000 on the slower `reference`),
-the CIFAR set's 1,000 random images on both. Only a near-tie (PyTorch's top two within 1e-5) may
-go either way. The float32-input variant of the CIFAR model, run by `engine run` on the IDX float32
-file, gives the uint8 model's outputs.
+images): on MNIST's 10,000 test images on `cpu` (the first 1,000 on the slower `reference`), on
+the CIFAR set's 1,000 random images on `cpu` (the first 200 on `reference`). Only a near-tie
+(PyTorch's top two within 1e-5) may go either way. The float32-input variant of the CIFAR model,
+run by `engine run` on the IDX float32 file, gives the uint8 model's outputs.
 
 A subset of the zoo keeps this under a minute on two cores; the full zoo builds the same way.
 """
@@ -57,7 +57,8 @@ def assert_same_classes(want_probs, got_probs, what):
     top2 = np.sort(want_probs, axis=1)[:, -2:]
     clear = (top2[:, 1] - top2[:, 0]) > NEAR_TIE
     differ = (want_probs.argmax(1) != got_probs.argmax(1)) & clear
-    assert not differ.any(), f"{what}: {int(differ.sum())} images classed differently, e.g. {np.flatnonzero(differ)[:5]}"
+    assert not differ.any(), \
+        f"{what}: {int(differ.sum())} images classed differently, e.g. {np.flatnonzero(differ)[:5]}"
     assert np.isfinite(got_probs).all(), what
 
 
@@ -67,7 +68,7 @@ def test_mnist_models_classify_as_pytorch(zoo, mnist_dir, name):
     x = datasets.read_idx(mnist_dir / "t10k-images-idx3-ubyte.gz")[:, None]
     labels = datasets.read_idx(mnist_dir / "t10k-labels-idx1-ubyte.gz")
     want = torch_probs(name, zoo, x)
-    assert (want.argmax(1) == labels).mean() > 0.8, f"{name}: the briefly trained model should have learnt MNIST"
+    assert (want.argmax(1) == labels).mean() > 0.5, f"{name}: even on 2,048 images the model learns MNIST"
     cpu = cnnengine.load(str(zoo / name / "model.json"), backend="cpu").run(x)
     assert_same_classes(want, cpu, f"{name} cpu")
     ref = cnnengine.load(str(zoo / name / "model.json"), backend="reference").run(x[:1000])
@@ -81,9 +82,9 @@ def test_cifar_models_classify_as_pytorch(zoo, name):
     assert x.dtype == np.uint8 and x.shape[1:] == (3, 32, 32)
     want = torch_probs(name, zoo, x)
     assert len(set(want.argmax(1).tolist())) >= 5, f"{name}: random images should fall into several classes"
-    for backend in ("cpu", "reference"):
-        got = cnnengine.load(str(zoo / name / "model.json"), backend=backend).run(x)
-        assert_same_classes(want, got, f"{name} {backend}")
+    for backend, count in (("cpu", len(x)), ("reference", 200)):
+        got = cnnengine.load(str(zoo / name / "model.json"), backend=backend).run(x[:count])
+        assert_same_classes(want[:count], got, f"{name} {backend}")
 
 
 @pytest.mark.parametrize("name", CIFAR)
@@ -97,7 +98,8 @@ def test_cifar_float_variant_runs_in_the_engine_command(zoo, tmp_path, name):
                            str(zoo / name / "test-images-float.idx"), "--backend", "cpu", "--dump-outputs", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    uint8_model = cnnengine.load(str(zoo / name / "model.json"), backend="cpu").run(np.load(zoo / name / "test-images.npy"))
+    x = np.load(zoo / name / "test-images.npy")
+    uint8_model = cnnengine.load(str(zoo / name / "model.json"), backend="cpu").run(x)
     np.testing.assert_allclose(np.load(out), uint8_model, atol=1e-5)
 
 
