@@ -208,7 +208,8 @@ def add_args(ap) -> None:
     ap.add_argument("--threads", help="thread counts, comma-separated (default 1,2; with --zoo 1 and all cores)")
     ap.add_argument("--batch", default="1,64,1024", help="batch sizes, comma-separated")
     ap.add_argument("--duration", type=float, help="seconds per point (at least; default 1, with --zoo 0.2)")
-    ap.add_argument("--warmup", type=float, default=0.3, help="seconds of warm-up per ORT/PyTorch point")
+    ap.add_argument("--warmup", type=float,
+                    help="seconds of warm-up per ORT/PyTorch point (default 0.3, with --zoo 0.1)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds; the median is reported (default 3, with --zoo 1)")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     ap.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime")
@@ -226,6 +227,7 @@ def main(argv=None) -> int:
     args.threads = args.threads or (f"1,{os.cpu_count()}" if zoo else "1,2")
     args.duration = args.duration if args.duration is not None else (0.2 if zoo else 1.0)
     args.rounds = args.rounds if args.rounds is not None else (1 if zoo else 3)
+    args.warmup = args.warmup if args.warmup is not None else (0.1 if zoo else 0.3)
     threads_list, batches = sorted(set(parse_list(args.threads))), parse_list(args.batch)
     if min(threads_list) < 1 or min(batches) < 1:
         raise SystemExit("--threads and --batch values must be at least 1")
