@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import inspect
 import json
 import os
 import pathlib
@@ -45,6 +44,7 @@ import time
 import numpy as np
 
 from cnnengine import model_format as mf
+from peer_bench import onnx_export
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -113,19 +113,8 @@ def export_onnx(module, spec: dict, path: pathlib.Path) -> None:
     import torch
     shape = (2,) + tuple(spec["shape"])
     dtype = torch.uint8 if spec["dtype"] == "uint8" else torch.float32
-    example = torch.zeros(shape, dtype=dtype)
-    kwargs = dict(input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
-    # torch >= 2.9 exports through dynamo (and onnxscript) by default; the TorchScript exporter,
-    # the only one torch 1.13 has, needs no extra package, so ask for it where the choice exists.
-    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        try:
-            torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=13, **kwargs)
-            return
-        except Exception as e:  # a torch without the TorchScript exporter: try dynamo
-            print(f"torch.onnx.export(dynamo=False) failed ({e}); trying dynamo=True", file=sys.stderr)
-            torch.onnx.export(module, (example,), str(path), dynamo=True, **kwargs)
-            return
-    torch.onnx.export(module, (example,), str(path), opset_version=13, **kwargs)
+    onnx_export(torch, module, torch.zeros(shape, dtype=dtype), path, input_names=["x"], output_names=["y"],
+                dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
 
 
 def raw_input(spec: dict, batch: int, rng) -> np.ndarray:

@@ -72,13 +72,15 @@ def run_engine(cmd, what):
     return None
 
 
-def calibrated(engine, zoo, name, info, work: pathlib.Path):
-    """The model calibrated for int8 (path), or raises RuntimeError with the reason."""
+def calibrated(engine, zoo, name, info, work: pathlib.Path, mnist=None):
+    """The model calibrated for int8 (path), or raises RuntimeError with the reason. An MNIST model
+    is calibrated on the training images where they lie beside its test set (in `mnist` when
+    given), else on the test set."""
     out = work / f"{name}-int8.json"
     model = zoo / name / "model.json"
     if info["dataset"] == "mnist":
-        # Calibrate on training images where they lie beside the test set, else on the test set.
         test = pathlib.Path(info["test_images"])
+        test = pathlib.Path(mnist) / test.name if mnist else test
         train = test.with_name(test.name.replace("t10k-", "train-"))
         err = run_engine([engine, "-q", "calibrate", model, train if train.is_file() else test, "-o", out,
                           "--images", "1000"], f"engine calibrate {name}")
@@ -86,8 +88,9 @@ def calibrated(engine, zoo, name, info, work: pathlib.Path):
             raise RuntimeError(err)
         return out
     floats = work / f"{name}-float-int8.json"
-    err = run_engine([engine, "-q", "calibrate", zoo / name / "model-float.json", info["test_images_float"], "-o",
-                      floats, "--images", "1000"], f"engine calibrate {name} (float32 variant)")
+    folder = zoo / name
+    err = run_engine([engine, "-q", "calibrate", folder / "model-float.json", folder / info["test_images_float"],
+                      "-o", floats, "--images", "1000"], f"engine calibrate {name} (float32 variant)")
     if err:
         raise RuntimeError(err)
     graph = json.loads(floats.read_text())
@@ -215,6 +218,7 @@ def main(argv=None) -> int:
                          "batches 1 and 8)")
     ap.add_argument("--batch", help="batch sizes, comma-separated (overrides the mode's)")
     ap.add_argument("--precisions", help="engine precisions, comma-separated (overrides the mode's)")
+    ap.add_argument("--mnist", help="folder of the MNIST files, for int8 calibration (default: where zoo.json says)")
     args = ap.parse_args(argv)
 
     import torch
@@ -250,7 +254,7 @@ def main(argv=None) -> int:
                 model = zoo / name / "model.json"
                 if precision == "int8":
                     try:
-                        model = calibrated(args.engine, zoo, name, info, work)
+                        model = calibrated(args.engine, zoo, name, info, work, args.mnist)
                     except RuntimeError as e:
                         doc["failures"].append({"model": name, "what": "int8 calibration", "reason": str(e)})
                         log(f"{name} int8: FAILED: {e}")

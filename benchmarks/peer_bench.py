@@ -87,6 +87,23 @@ def settings(args, default_batches):
     }, engine
 
 
+def onnx_export(torch, module, example, path, **kwargs):
+    """torch.onnx.export through the TorchScript exporter, opset 13 (what cnnengine's ONNX importer
+    and every ONNX Runtime read). torch >= 2.9 exports through dynamo (and onnxscript) by default;
+    the TorchScript exporter, the only one torch 1.13 has, needs no extra package, so it is asked
+    for where the choice exists, and dynamo is the fallback where it is gone."""
+    import inspect
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        try:
+            torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=13, **kwargs)
+            return
+        except Exception as e:  # a torch without the TorchScript exporter
+            print(f"torch.onnx.export(dynamo=False) failed ({e}); trying dynamo=True", file=sys.stderr)
+            torch.onnx.export(module, (example,), str(path), dynamo=True, **kwargs)
+            return
+    torch.onnx.export(module, (example,), str(path), opset_version=13, **kwargs)
+
+
 # --------------------------------------------------------------------------------------------------
 # One case's measurement
 
