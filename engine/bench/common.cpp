@@ -1,5 +1,6 @@
 #include "engine/bench/common.hpp"
 
+#include "engine/bench/cpu_fma_peak.hpp"
 #include "engine/core/host_cpu.hpp"
 
 #include <fmt/format.h>
@@ -79,41 +80,6 @@ std::string stats_line(const Stats& s, int digits) {
 // ---------------------------------------------------------------------------------------------
 // Host
 
-namespace {
-
-// fp32 x = x * a + b over 64 independent lanes per thread (vectorised by the compiler as this
-// build allows: without -march flags, SSE mulps + addps). Counts 2 flops per update. `seconds`
-// of work per thread at least.
-double cpu_rate_gflops(int threads, double seconds) {
-  double best = 0;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    constexpr int kLanes = 64;
-    volatile float va = 0.99999f, vb = 1e-5f;
-    const float a = va, b = vb;
-    int64_t iters = 1 << 16;
-    double elapsed = 0;
-    float sink = 0;
-    do {
-      iters *= 2;
-      const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-      {
-        float x[kLanes];
-        for (int j = 0; j < kLanes; ++j) x[j] = float(j + omp_get_thread_num()) * 1e-3f;
-        for (int64_t i = 0; i < iters; ++i)
-          for (int j = 0; j < kLanes; ++j) x[j] = x[j] * a + b;
-        for (int j = 0; j < kLanes; ++j) sink += x[j];
-      }
-      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    } while (elapsed < seconds && iters < (int64_t(1) << 40));
-    if (sink == -1.0f) std::fprintf(stderr, " ");  // keeps the loop alive
-    best = std::max(best, 2.0 * kLanes * double(iters) * threads / elapsed / 1e9);
-  }
-  return best;
-}
-
-}  // namespace
-
 // Bytes read + written per second by memcpy of a 256 MiB buffer split over `threads`.
 double copy_rate_gbps(int threads) {
   const size_t bytes = size_t(256) << 20;
@@ -138,8 +104,8 @@ HostInfo probe_host() {
   h.cpu = host_cpu_model_name();
   if (h.cpu.empty()) h.cpu = "unknown CPU";
   h.threads = std::max(1, omp_get_max_threads());
-  h.fma_gflops_one = cpu_rate_gflops(1, 0.05);
-  h.fma_gflops_all = h.threads > 1 ? cpu_rate_gflops(h.threads, 0.05) : h.fma_gflops_one;
+  h.fma_gflops_one = cpu_fma_peak_gflops(1, 0.05);
+  h.fma_gflops_all = h.threads > 1 ? cpu_fma_peak_gflops(h.threads, 0.05) : h.fma_gflops_one;
   h.copy_gbps_one = copy_rate_gbps(1);
   h.copy_gbps_all = h.threads > 1 ? copy_rate_gbps(h.threads) : h.copy_gbps_one;
   return h;
@@ -150,16 +116,16 @@ Json host_json(const HostInfo& h) {
               {"threads", h.threads},
               {"fp32_rate_gflops_one_thread", h.fma_gflops_one},
               {"fp32_rate_gflops_all_threads", h.fma_gflops_all},
-              {"fp32_rate_note", "x = x*a + b on 64 lanes per thread, as this build compiles it (no -march)"},
+              {"fp32_rate_note", std::string("independent FMA chains per thread, ") + cpu_fma_peak_isa()},
               {"copy_gbps_one_thread", h.copy_gbps_one},
               {"copy_gbps_all_threads", h.copy_gbps_all}};
 }
 
 std::string describe_host(const HostInfo& h) {
   return fmt::format(
-      "{}, {} threads; measured fp32 a*x+b {:.1f} GFLOP/s on one thread, {:.1f} on all; memcpy "
+      "{}, {} threads; measured fp32 FMA peak ({}) {:.1f} GFLOP/s on one thread, {:.1f} on all; memcpy "
       "{:.1f} GB/s (read + write) on one thread, {:.1f} on all",
-      h.cpu, h.threads, h.fma_gflops_one, h.fma_gflops_all, h.copy_gbps_one, h.copy_gbps_all);
+      h.cpu, h.threads, cpu_fma_peak_isa(), h.fma_gflops_one, h.fma_gflops_all, h.copy_gbps_one, h.copy_gbps_all);
 }
 
 Json device_json(const DeviceInfo& d) {

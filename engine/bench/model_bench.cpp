@@ -144,6 +144,12 @@ class ModelBench {
   void prepare_stream(Executable& exe, int n, const void* input);
   bool outputs_finite(Executable& exe, int n, const void* input);
   Ceiling ceiling(bool on_device, int n) const;
+  // The CPU backends' threads (--threads, else all) at the measured per-thread FMA peak; all
+  // threads' measured rate when every thread is in use.
+  double host_fma_gflops() const {
+    if (o_.threads > 0 && o_.threads < host_.threads) return host_.fma_gflops_one * o_.threads;
+    return host_.fma_gflops_all;
+  }
   void profile(Backend& backend, const std::string& name, int n);
   void print_case_block(const std::string& backend, int n, const std::string& mode) const;
   void print_overview() const;
@@ -260,8 +266,9 @@ Ceiling ModelBench::ceiling(bool on_device, int n) const {
     c.compute = N / std::max(arithmetic, memory_compute);
     c.e2e = N / (std::max(arithmetic, memory_e2e) + link);  // serial, as measured: upload, compute, download
   } else {
-    if (host_.fma_gflops_all <= 0) return c;
-    c.compute = c.e2e = 1.0 / (cost_.flops / (host_.fma_gflops_all * 1e9));
+    const double rate = host_fma_gflops();
+    if (rate <= 0) return c;
+    c.compute = c.e2e = 1.0 / (cost_.flops / (rate * 1e9));
   }
   return c;
 }
@@ -946,8 +953,8 @@ int ModelBench::run() {
                  "here: the ceilings below are the memory time alone)\n",
                  o_.precision);
   }
-  fmt::print("CPU ceiling     {} images/s (all threads at the measured fp32 rate)\n",
-             si(1 / (cost_.flops / (host_.fma_gflops_all * 1e9))));
+  fmt::print("CPU ceiling     {} images/s ({} threads at the measured fp32 FMA peak)\n",
+             si(1 / (cost_.flops / (host_fma_gflops() * 1e9))), o_.threads > 0 && o_.threads < host_.threads ? o_.threads : host_.threads);
   fmt::print(
       "settings        warm-up {} ms; per repetition at least {} iterations and {} s; {} repetitions; "
       "percentiles {}; every iteration synchronised (latency)\n",

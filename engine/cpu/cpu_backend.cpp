@@ -81,7 +81,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     require_precision(*this, options);
     check_supported(*this, graph);
-    return std::make_unique<CpuExecutable>(graph, options, pick_kernels(options_.kernels));
+    return std::make_unique<CpuExecutable>(graph, options, pick_kernels(options_.kernels), options_.schedule);
   }
   std::optional<std::string> cannot_train() const override { return std::nullopt; }
   // The AVX2 build whenever the processor has it (same bits as the portable one, train_f32.hpp);

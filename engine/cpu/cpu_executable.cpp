@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -44,6 +45,20 @@ constexpr int64_t kSlackFloats = 64;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+// The L2 cache of one core in bytes, as the CPU reports it (glibc reads CPUID), else sysfs; 512 KiB
+// if neither answers.
+int64_t l2_bytes() {
+  const long from_cpuid = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (from_cpuid > 0) return from_cpuid;
+  if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r")) {
+    long kib = 0;
+    const int got = std::fscanf(f, "%ldK", &kib);
+    std::fclose(f);
+    if (got == 1 && kib > 0) return int64_t(kib) * 1024;
+  }
+  return int64_t{512} * 1024;
+}
+
 // Storage of every value the steps touch, laid out again by the steps' own liveness: a fused
 // activation's output is written by the conv/dense step, while the conv/dense input is still being
 // read, which the graph's node-by-node plan (Value::arena_offset) may have put in the same place.
@@ -80,7 +95,8 @@ int64_t place(std::vector<Life>& lives) {
 
 void CpuExecutable::FreeDeleter::operator()(float* p) const { std::free(p); }
 
-CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels)
+CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels,
+                             CpuOptions::Schedule schedule)
     : graph_(graph), kernels_(kernels), max_batch_(options.max_batch) {
   if (max_batch_ < 1) throw std::invalid_argument(fmt::format("cpu: max_batch must be at least 1, got {}", max_batch_));
   if (options.threads < 0 || options.threads > kMaxThreads)
@@ -138,11 +154,12 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
           const int64_t padded = int64_t(i.c) * s.hp * s.wp;  // planner limits keep this in range
           s.padded = unpadded || padded * lanes <= kMaxPaddedFloats;
           if (s.padded && !unpadded) scratch_floats = std::max(scratch_floats, padded * lanes);
-          // Single-image path: along rows or across channels, whichever fills more of the lanes
+          // Single-image path: across channels unless rows fill more of the lanes (the channel kernel
+          // has twice the accumulators)
           // (LeNet c1: 28 of 32 along rows; c3: 16 of 16 across channels, 10 of 16 along rows).
           const double along_rows = double(o.w) / double(round_up(o.w, lanes));
           const double across_channels = double(o.c) / double(round_up(o.c, lanes));
-          if (s.padded && across_channels > along_rows) {
+          if (s.padded && across_channels >= along_rows) {
             s.single_by_channel = true;
             s.c_out_padded = round_up(o.c, kUnitBlock);
             const int64_t taps = int64_t(i.c) * w.kernel_h * w.kernel_w;
@@ -151,6 +168,12 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
               for (int64_t k = 0; k < taps; ++k) t[size_t(k * s.c_out_padded + oc)] = s.weight[oc * taps + k];
             packed_.push_back(std::move(t));
             s.weight_t = packed_.back().data();
+            std::vector<int32_t> offsets;
+            for (int64_t c = 0; c < i.c; ++c)
+              for (int64_t p = 0; p < w.kernel_h; ++p)
+                for (int64_t q = 0; q < w.kernel_w; ++q) offsets.push_back(int32_t((c * s.hp + p) * s.wp + q));
+            tap_offsets_.push_back(std::move(offsets));
+            s.tap_offsets = tap_offsets_.back().data();
             ++by_channel;
           }
         }
@@ -257,11 +280,25 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     output_elements_.push_back(graph_.values[id].elements);
   }
 
+  // Tiles unless asked otherwise: on the Zen 4 development VM the tiles ran 1.2-2.5x the images
+  // schedule at batch 64 on every model measured, 32-128-channel ones whose tile arena is several
+  // times L2 included (docs/design/cpu-backend.md). Images: one image at a time, its channels
+  // across the lanes, the dense layers for groups of images, as many of their inputs as fit in
+  // half of L2, so each weight is read from memory once per group.
+  const int64_t l2 = l2_bytes();
+  images_ = schedule == CpuOptions::Schedule::Images;
+  int64_t dense_k = 0;
+  for (const KStep& s : steps_)
+    if (s.op == KOp::Dense) dense_k = std::max(dense_k, s.elements);
+  if (images_ && dense_k > 0)
+    group_ = int(std::clamp<int64_t>(l2 / 2 / (dense_k * int64_t(sizeof(float))), 4, 64));
+
   // Per-thread buffers, one allocation, each part on its own cache lines.
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
   const int64_t per_sample = arena_floats_;
-  const int64_t tile = round_up(per_sample * lanes + kSlackFloats, 16);
-  const int64_t single = round_up(per_sample + kSlackFloats, 16);
+  const int64_t tile = images_ ? 0 : round_up(per_sample * lanes + kSlackFloats, 16);
+  single_stride_ = round_up(per_sample + kSlackFloats, 16);
+  const int64_t single = single_stride_ * group_;
   const int64_t scratch = round_up(scratch_floats + kSlackFloats, 16);
   const int64_t per_thread = tile + single + scratch;
   const double bytes = double(per_thread) * double(threads_) * sizeof(float);
@@ -286,16 +323,23 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   // about as long as half its width in single images (the cpu backend's design, docs/design/).
   min_tile_images_ = std::max(2, lanes / 2);
 
+  const std::string schedule_text =
+      images_ ? fmt::format("one image at a time, dense layers for groups of up to {} images ({} KiB L2)", group_,
+                            l2 / 1024)
+              : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
-      "cpu: {} kernels, {} images per tile (+ single-image path for fewer than {}), {} steps from {} nodes "
-      "({} activations fused, {} convs across channels on single images), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for "
-      "any thread count and batch split{}",
-      kernels_.name, lanes, min_tile_images_, steps_.size(), graph_.nodes.size(), fused_count, by_channel, threads_,
+      "cpu: {} kernels, {}, {} steps from {} nodes ({} activations fused, {} convs across channels on single "
+      "images), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
+      "count and batch split{}",
+      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, by_channel, threads_,
       double(per_thread) * sizeof(float) / 1024, max_batch_,
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }
 
 std::string CpuExecutable::execution_path() const {
+  if (images_)
+    return fmt::format("one image at a time, dense layers per group of up to {} images ({} kernels, activations fused)",
+                       group_, kernels_.name);
   return fmt::format("whole network per tile of {} images ({} kernels, activations fused)", kernels_.lanes,
                      kernels_.name);
 }
@@ -345,6 +389,16 @@ void CpuExecutable::run_tile(const void* input, int first, int count, std::span<
   }
 }
 
+void CpuExecutable::run_images(const void* input, int first, int count, std::span<float* const> outputs,
+                               const ThreadBuffers& b) const {
+  for (int i = 0; i < count; ++i) load_input(input, first + i, b.single + i * single_stride_ + input_offset_);
+  kernels_.run_group(program_, b.single, single_stride_, count, b.scratch);
+  for (int i = 0; i < count; ++i)
+    for (size_t o = 0; o < outputs.size(); ++o)
+      std::memcpy(outputs[o] + (int64_t(first) + i) * output_elements_[o],
+                  b.single + i * single_stride_ + output_offsets_[o], size_t(output_elements_[o]) * sizeof(float));
+}
+
 void CpuExecutable::run(const void* input, int n, std::span<float* const> outputs) {
   if (n < 1 || n > max_batch_)
     throw std::invalid_argument(fmt::format("cpu: batch of {} samples outside 1..{}", n, max_batch_));
@@ -352,6 +406,25 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
     throw std::invalid_argument(fmt::format("cpu: expected {} output buffers, got {}", graph_.outputs.size(),
                                             outputs.size()));
   if (!input) throw std::invalid_argument("cpu: no input");
+  if (images_) {
+    // Groups as large as the buffers allow but no fewer than the threads (every group gives the same
+    // bits: kernels.hpp, run_group).
+    const int threads = std::min(threads_, n);
+    const int group = std::min(group_, (n + threads - 1) / threads);
+    struct Job {
+      const CpuExecutable* self;
+      const void* input;
+      int n, group;
+      std::span<float* const> outputs;
+    } job{this, input, n, group, outputs};
+    const int items = (n + group - 1) / group;
+    pool_->run(items, std::min(threads_, items), [](void* context, int item, int thread) {
+      const Job& j = *static_cast<const Job*>(context);
+      const int first = item * j.group;
+      j.self->run_images(j.input, first, std::min(j.group, j.n - first), j.outputs, j.self->per_thread_[size_t(thread)]);
+    }, &job);
+    return;
+  }
 
   const int lanes = kernels_.lanes;
   const int rest = n % lanes;

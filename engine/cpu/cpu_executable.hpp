@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/core/backend.hpp"
+#include "engine/cpu/cpu_options.hpp"
 #include "engine/cpu/program.hpp"
 #include "engine/cpu/tile_pool.hpp"
 
@@ -23,7 +24,8 @@ namespace engine::cpu {
 
 class CpuExecutable : public Executable, public StagedExecution {
  public:
-  CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels);
+  CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels,
+                CpuOptions::Schedule schedule = CpuOptions::Schedule::Auto);
 
   int max_batch() const override { return max_batch_; }
   void run(const void* input, int n, std::span<float* const> outputs) override;
@@ -43,12 +45,14 @@ class CpuExecutable : public Executable, public StagedExecution {
   };
   struct ThreadBuffers {
     float* tile = nullptr;    // arena_floats * lanes (+ slack)
-    float* single = nullptr;  // arena_floats (+ slack)
+    float* single = nullptr;  // group_ arenas of single_stride_ floats (arena_floats + slack)
     float* scratch = nullptr;  // padded conv inputs
   };
 
   void run_tile(const void* input, int first, int count, std::span<float* const> outputs, const ThreadBuffers& b) const;
   void run_one(const void* input, int s, std::span<float* const> outputs, const ThreadBuffers& b) const;
+  void run_images(const void* input, int first, int count, std::span<float* const> outputs,
+                  const ThreadBuffers& b) const;
   void load_input(const void* input, int s, float* x) const;
 
   Graph graph_;
@@ -56,8 +60,12 @@ class CpuExecutable : public Executable, public StagedExecution {
   int max_batch_ = 0;
   int threads_ = 1;
   int min_tile_images_ = 1;  // a partial tile with fewer images goes through the single-image path
+  bool images_ = false;      // CpuOptions::Schedule::Images (else tiles)
+  int group_ = 1;            // images per group (Images): as many dense inputs as fit half of L2
+  int64_t single_stride_ = 0;
   std::vector<KStep> steps_;
   std::vector<std::vector<float>> packed_;  // dense weights and biases (KStep points into them)
+  std::vector<std::vector<int32_t>> tap_offsets_;  // conv input offsets per tap (KStep::tap_offsets)
   Program program_;
   Preprocess pre_;  // uint8 input only
   int64_t raw_sample_elements_ = 0;

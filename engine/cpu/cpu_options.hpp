@@ -17,6 +17,12 @@ struct CpuOptions {
   // the CPU has it.
   enum class Kernels { Best, Avx512, Avx2, Portable };
   Kernels kernels = Kernels::Best;
+  // How a batch goes through the network (same bits either way, kernels.hpp). Tiles: lanes images
+  // side by side, one per SIMD lane. Images: one image at a time, channels across the lanes, dense
+  // layers for groups of images at once (a working set of one image rather than a tile's). Auto is
+  // Tiles, the faster of the two wherever measured (docs/design/cpu-backend.md).
+  enum class Schedule { Auto, Tiles, Images };
+  Schedule schedule = Schedule::Auto;
 };
 
 // "avx512", "avx2", "portable"; std::nullopt for any other name.

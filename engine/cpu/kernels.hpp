@@ -218,66 +218,90 @@ struct K {
 
   // Single-image path, vectorised over output channels instead (when a row is much narrower than
   // the channel count, e.g. LeNet's c3: 10 positions, 16 channels): RV vectors of W channels x RX
-  // positions; weights transposed at compile time to [c][p][q][channel] (weight_t).
+  // output positions per register block, weights transposed at compile time to
+  // [c][p][q][channel] (weight_t), and the (c, p, q) taps one flat loop over their input offsets
+  // (tap_offsets, (c * hp + p) * wp + q): two pointers and RV + RX loads per tap.
+  //
+  // Positions: with stride 1 a run of RX consecutive "columns" of the padded-width grid
+  // (f = oy * wp + ox), whose inputs are then RX consecutive floats from tap offset + f; the
+  // columns past w_out (kw - 1 per row) are computed and dropped. With larger strides, RX
+  // positions of one output row.
   template <int RV, int RX>
-  static void conv_single_oc_block(const KStep& s, const float* xp, float* y, int oc, int oy, int ox) {
+  static void conv_oc_block(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep) {
     V acc[RV][RX];
     for (int v = 0; v < RV; ++v) {
       const int n = s.c_out - oc - v * W;
       const V b = s.bias ? load_part(s.bias + oc + v * W, n < W ? n : W) : S::zero();
       for (int j = 0; j < RX; ++j) acc[v][j] = b;
     }
-    for (int64_t c = 0; c < s.c_in; ++c)
-      for (int64_t p = 0; p < s.kh; ++p) {
-        const float* row = xp + (c * s.hp + int64_t(oy) * s.sh + p) * s.wp;
-        const float* wrow = s.weight_t + ((c * s.kh + p) * s.kw) * s.c_out_padded + oc;
-        for (int64_t q = 0; q < s.kw; ++q) {
-          V wv[RV];
-          for (int v = 0; v < RV; ++v) wv[v] = S::load(wrow + q * s.c_out_padded + v * W);
-          for (int j = 0; j < RX; ++j) {
-            const V xb = S::bcast(row + (int64_t(ox) + j) * s.sw + q);
-            for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
-          }
-        }
-      }
-    const int64_t plane = int64_t(s.h_out) * s.w_out;
-    for (int v = 0; v < RV; ++v)
+    const int64_t taps = int64_t(s.c_in) * s.kh * s.kw;
+    const int32_t* off = s.tap_offsets;
+    const float* w = s.weight_t + oc;
+    const int64_t wstep = s.c_out_padded;
+    for (int64_t t = 0; t < taps; ++t, w += wstep) {
+      const float* xt = x0 + off[t];
+      V wv[RV];
+      for (int v = 0; v < RV; ++v) wv[v] = S::load(w + v * W);
       for (int j = 0; j < RX; ++j) {
+        const V xb = S::bcast(xt + j * xstep);
+        for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
+      }
+    }
+    // Scattered to the planar [c][h][w] output, one channel's values at a time.
+    const int64_t plane = int64_t(s.h_out) * s.w_out;
+    for (int j = 0; j < RX; ++j) {
+      // f0 + j = oy * wp + ox (w_out <= wp); columns past w_out only come from the flat grid.
+      const int64_t oy = (f0 + j) / s.wp, ox = (f0 + j) % s.wp;
+      if (ox >= s.w_out) continue;
+      float* out = y + int64_t(oc) * plane + oy * s.w_out + ox;
+      for (int v = 0; v < RV; ++v) {
         alignas(64) float t[W];
         S::store(t, act(s.act, acc[v][j]));
         const int n = s.c_out - oc - v * W < W ? s.c_out - oc - v * W : W;
-        float* out = y + (int64_t(oc) + v * W) * plane + int64_t(oy) * s.w_out + ox + j;
-        for (int l = 0; l < n; ++l) out[l * plane] = t[l];
+        for (int l = 0; l < n; ++l) out[(int64_t(v) * W + l) * plane] = t[l];
       }
-  }
-
-  static constexpr int kMaxOcPositions = 8;
-  template <int RV>
-  static void conv_single_oc_rv(const KStep& s, const float* xp, float* y, int oc, int oy, int ox, int rx) {
-    switch (rx) {
-      case 1: conv_single_oc_block<RV, 1>(s, xp, y, oc, oy, ox); break;
-      case 2: conv_single_oc_block<RV, 2>(s, xp, y, oc, oy, ox); break;
-      case 3: conv_single_oc_block<RV, 3>(s, xp, y, oc, oy, ox); break;
-      case 4: conv_single_oc_block<RV, 4>(s, xp, y, oc, oy, ox); break;
-      case 5: conv_single_oc_block<RV, 5>(s, xp, y, oc, oy, ox); break;
-      case 6: conv_single_oc_block<RV, 6>(s, xp, y, oc, oy, ox); break;
-      case 7: conv_single_oc_block<RV, 7>(s, xp, y, oc, oy, ox); break;
-      default: conv_single_oc_block<RV, 8>(s, xp, y, oc, oy, ox); break;
     }
   }
 
+  // Register blocks: RV * RX accumulators (all of kAccumulators), RX <= kMaxOcPositions.
+  static constexpr int kMaxOcPositions = S::kAccumulators;
+  template <int RV, int RX = 1>
+  static void conv_oc_rx(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep, int rx) {
+    if constexpr (RX < kMaxOcPositions && RV * RX < S::kAccumulators) {
+      if (rx > RX) return conv_oc_rx<RV, RX + 1>(s, x0, y, oc, f0, xstep, rx);
+    }
+    conv_oc_block<RV, RX>(s, x0, y, oc, f0, xstep);
+  }
+
   static void conv_single_by_channel(const KStep& s, const float* xp, float* y) {
-    for (int oy = 0; oy < s.h_out; ++oy)
-      for (int oc = 0; oc < s.c_out; oc += 2 * W) {
-        const int rv = s.c_out - oc > W ? 2 : 1;
-        const int most = S::kAccumulators / rv < kMaxOcPositions ? S::kAccumulators / rv : kMaxOcPositions;
-        chunks(s.w_out, most, [&](int ox, int rx) {
+    // Flat while the dropped columns are at most a quarter of the grid (LeNet's c3, 10 of 14, ran
+    // slower flat than by rows).
+    const bool flat = s.sw == 1 && s.sh == 1 && 4 * (s.wp - s.w_out) <= s.wp;
+    for (int oc = 0; oc < s.c_out; oc += 2 * W) {
+      const int rv = s.c_out - oc > W ? 2 : 1;
+      const int most = S::kAccumulators / rv;
+      if (flat) {
+        // Every column of the padded-width grid up to the last output, in runs of `most`.
+        const int64_t end = int64_t(s.h_out - 1) * s.wp + s.w_out;
+        for (int64_t f = 0; f < end; f += most) {
+          const int rx = end - f < most ? int(end - f) : most;
           if (rv == 2)
-            conv_single_oc_rv<2>(s, xp, y, oc, oy, ox, rx);
+            conv_oc_rx<2>(s, xp + f, y, oc, f, 1, rx);
           else
-            conv_single_oc_rv<1>(s, xp, y, oc, oy, ox, rx);
-        });
+            conv_oc_rx<1>(s, xp + f, y, oc, f, 1, rx);
+        }
+        continue;
       }
+      for (int oy = 0; oy < s.h_out; ++oy)
+        chunks(s.w_out, most, [&](int ox, int rx) {
+          const float* x0 = xp + int64_t(oy) * s.sh * s.wp + int64_t(ox) * s.sw;
+          const int64_t f = int64_t(oy) * s.wp + ox;
+          if (rv == 2)
+            conv_oc_rx<2>(s, x0, y, oc, f, s.sw, rx);
+          else
+            conv_oc_rx<1>(s, x0, y, oc, f, s.sw, rx);
+        });
+    }
   }
 
   template <int RO>
@@ -478,6 +502,82 @@ struct K {
     for (; b < blocks; ++b) dense_single_blocks<1>(s, x, y, b);
   }
 
+  // Image groups: `count` images, each in its own single-image arena `stride` floats after the
+  // previous one. MR images x NB vectors of units per register block (NB * W units: one or two
+  // packed blocks), the k loop cut into chunks of KC whose partial sums wait in y between chunks:
+  // an fp32 accumulator stored and reloaded is the same value, so every output is still
+  // acc = bias; acc = fma(w_i, x_i, acc) for i = 0..k-1, bitwise dense_single's.
+  static constexpr int NB = W >= kUnitBlock ? 2 : kUnitBlock / W;  // vectors per image in a block
+  static constexpr int MR = S::kAccumulators / NB;                   // images per register block
+  static constexpr int64_t KC = 512;
+
+  template <int R>
+  static void dense_group_block(const KStep& s, float* arena, int64_t stride, int g0, int u0, int64_t i0,
+                                int64_t i1) {
+    const int64_t k = s.elements;
+    // NB vectors of W units from u0 on; unit block b = u / kUnitBlock holds per_block of them.
+    const float* wv[NB];
+    bool real[NB];
+    for (int v = 0; v < NB; ++v) {
+      const int u = u0 + v * W;
+      real[v] = u < s.units;
+      const int b = real[v] ? u / kUnitBlock : u0 / kUnitBlock;
+      wv[v] = s.weight + int64_t(b) * k * kUnitBlock + (real[v] ? u % kUnitBlock : 0);
+    }
+    V acc[R][NB];
+    const float* x[R];
+    float* y[R];
+    for (int r = 0; r < R; ++r) {
+      float* a = arena + int64_t(g0 + r) * stride;
+      x[r] = a + s.in0;
+      y[r] = a + s.out + u0;
+      for (int v = 0; v < NB; ++v)
+        acc[r][v] = !real[v] ? S::zero() : i0 == 0 ? S::load(s.bias + u0 + v * W) : S::load(y[r] + v * W);
+    }
+    for (int64_t i = i0; i < i1; ++i) {
+      V w[NB];
+      for (int v = 0; v < NB; ++v) w[v] = S::load(wv[v] + i * kUnitBlock);
+      for (int r = 0; r < R; ++r) {
+        const V xb = S::bcast(x[r] + i);
+        for (int v = 0; v < NB; ++v) acc[r][v] = S::fma(w[v], xb, acc[r][v]);
+      }
+    }
+    const bool last = i1 == k;
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NB; ++v) {
+        if (!real[v]) continue;
+        const int n = s.units - (u0 + v * W);
+        if (last)
+          store_part(y[r] + v * W, act(s.act, acc[r][v]), n);
+        else
+          store_part(y[r] + v * W, acc[r][v], n);
+      }
+  }
+
+  static void dense_group(const KStep& s, float* arena, int64_t stride, int count) {
+    const int64_t k = s.elements;
+    // Partial sums of the lanes past `units` would be lost between chunks: a layer whose units do not
+    // fill whole vectors keeps all of k in one chunk.
+    const int64_t kc = s.units % W == 0 ? KC : k;
+    for (int64_t i0 = 0; i0 < k; i0 += kc) {
+      const int64_t i1 = i0 + kc < k ? i0 + kc : k;
+      for (int u0 = 0; u0 < s.units; u0 += NB * W) {
+        int g = 0;
+        for (; g + MR <= count; g += MR) dense_group_block<MR>(s, arena, stride, g, u0, i0, i1);
+        const int rest = count - g;
+        if (rest > 0) dense_group_rest(s, arena, stride, g, rest, u0, i0, i1);
+      }
+    }
+  }
+  template <int R = 1>
+  static void dense_group_rest(const KStep& s, float* arena, int64_t stride, int g, int rest, int u0, int64_t i0,
+                               int64_t i1) {
+    if constexpr (R < MR) {
+      if (rest == R) return dense_group_block<R>(s, arena, stride, g, u0, i0, i1);
+      return dense_group_rest<R + 1>(s, arena, stride, g, rest, u0, i0, i1);
+    }
+  }
+
   // ---- softmax, add, activations ------------------------------------------------------------
 
   static void softmax_tile(const KStep& s, float* arena) {
@@ -606,7 +706,29 @@ struct K {
   }
 
   static void run_single(const Program& prog, float* arena, float* scratch) {
-    for (int i = 0; i < prog.count; ++i) {
+    run_steps_single(prog, 0, prog.count, arena, scratch);
+  }
+
+  // Image groups: the steps between two dense layers run image by image (each image's activations
+  // stay in cache while it goes through them), each dense layer for the whole group at once (its
+  // weights read once per group instead of once per image).
+  static void run_group(const Program& prog, float* arena, int64_t stride, int count, float* scratch) {
+    if (count == 1) return run_single(prog, arena, scratch);
+    for (int i = 0; i < prog.count;) {
+      if (prog.steps[i].op == KOp::Dense) {
+        dense_group(prog.steps[i], arena, stride, count);
+        ++i;
+        continue;
+      }
+      int j = i;
+      while (j < prog.count && prog.steps[j].op != KOp::Dense) ++j;
+      for (int g = 0; g < count; ++g) run_steps_single(prog, i, j, arena + int64_t(g) * stride, scratch);
+      i = j;
+    }
+  }
+
+  static void run_steps_single(const Program& prog, int first, int end, float* arena, float* scratch) {
+    for (int i = first; i < end; ++i) {
       const KStep& s = prog.steps[i];
       switch (s.op) {
         case KOp::Conv: conv_single(s, arena, scratch); break;

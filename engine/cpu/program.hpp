@@ -37,6 +37,7 @@ struct KStep {
   bool single_by_channel = false;
   const float* weight_t = nullptr;
   int64_t c_out_padded = 0;
+  const int32_t* tap_offsets = nullptr;  // [c * kh * kw]: (c * hp + p) * wp + q, for weight_t's loop
   int units = 0;               // Dense
   const float* weight = nullptr;  // Conv: OIHW as in the model; Dense: packed (above); ScaleShift: scale
   const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null; ScaleShift: shift
@@ -68,6 +69,10 @@ struct KernelSet {
   // `scratch` holds the zero-bordered copy of the largest padded conv input (x lanes), plus slack.
   void (*run_tile)(const Program& program, float* arena, float* scratch) = nullptr;
   void (*run_single)(const Program& program, float* arena, float* scratch) = nullptr;
+  // `count` images, each in its own single-image arena `stride` floats after the previous one: the
+  // single-image path per image, except that each dense layer runs for all of them at once (same
+  // bits).
+  void (*run_group)(const Program& program, float* arenas, int64_t stride, int count, float* scratch) = nullptr;
   // One image's raw pixels to its preprocessed [C, H', W'] floats (bitwise the reference's values).
   void (*preprocess)(const Preprocess& p, const uint8_t* raw, float* out) = nullptr;
 };

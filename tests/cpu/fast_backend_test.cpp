@@ -60,8 +60,13 @@ bool cpu_has(const char* feature) {
 class FastCpu : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    const std::string kernels = GetParam();
+    // "KERNELS" or "KERNELS-images": the kernel set, and the images schedule instead of the default.
+    std::string kernels = GetParam();
     engine::cpu::CpuOptions options;
+    if (const size_t dash = kernels.find("-images"); dash != std::string::npos) {
+      options.schedule = engine::cpu::CpuOptions::Schedule::Images;
+      kernels = kernels.substr(0, dash);
+    }
     if (kernels != "best") {
       if (!cpu_has(kernels.c_str())) GTEST_SKIP() << "this CPU cannot run the " << kernels << " kernels";
       options.kernels = *engine::cpu::parse_kernels(kernels);
@@ -111,6 +116,13 @@ TEST_P(FastCpu, Conv2dShapesPaddingStrides) {
       {1, 1, 1, 3, window(3, 3, 1, 1, 1, 1, 1, 1)},       // one pixel, all else padding
       {5, 6, 19, 17, window(2, 5, 1, 2, 0, 1, 2, 0)},     // 17 channels: every block remainder
       {2, 3, 40, 3, window(3, 7, 1, 1, 1, 1, 3, 3)},      // rows longer than two vectors
+      // Real models' shapes: many channels (the single-image kernel across channels, flat over the
+      // padded-width grid at stride 1, by rows at stride 2), 'same' and 'valid', 3x3 and 5x5.
+      {32, 13, 11, 64, window(3, 3, 1, 1, 1, 1, 1, 1)},   // 'same' 3x3, 64 channels, odd sizes
+      {16, 12, 12, 33, window(3, 3, 1, 1)},               // 'valid' 3x3, 33 channels
+      {8, 15, 9, 40, window(3, 3, 2, 2, 1, 1, 1, 1)},     // stride 2
+      {3, 17, 17, 24, window(5, 5, 1, 1, 2, 2, 2, 2)},    // 'same' 5x5
+      {24, 9, 10, 128, window(1, 1, 2, 2)},               // 1x1 stride 2, 128 channels
   };
   uint32_t seed = 1000;
   for (const auto& c : cases)
@@ -402,7 +414,7 @@ TEST_P(FastCpu, RejectsBadOptionsAndBatches) {
   EXPECT_THROW(testing_support::run_backend(model, cpu(), input.data(), 1, 1, bad), std::invalid_argument);
   const engine::Graph graph = engine::plan_graph(model);
   auto exe = cpu().compile(graph, {.max_batch = 2});
-  const std::string kernels = GetParam();
+  const std::string kernels = std::string(GetParam()).substr(0, std::string(GetParam()).find('-'));
   EXPECT_NE(exe->plan_summary().find(kernels == "portable" ? "sse2" : kernels == "avx2" ? "avx2+fma" : "kernels"),
             std::string::npos)
       << exe->plan_summary();
@@ -427,7 +439,54 @@ TEST(CpuOptions, FromTheEnvironment) {
   if (before) ::setenv("ENGINE_CPU_KERNELS", saved.c_str(), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, FastCpu, ::testing::Values("best", "avx2", "portable"),
-                         [](const auto& info) { return std::string(info.param); });
+// Both schedules give every image the same bits (kernels.hpp): a model with wide convolutions, a
+// concat, an add and two dense layers, its images in both, for several batch splits and threads.
+TEST(CpuSchedules, TilesAndImagesGiveTheSameBits) {
+  using Schedule = engine::cpu::CpuOptions::Schedule;
+  formats::Preprocess p;
+  p.scale = 1.0f / 255.0f;
+  p.mean = {0.5f};
+  p.std = {0.25f};
+  const auto model = testing_support::ModelBuilder("wide", {1})
+                         .uint8_input({1, 28, 28}, p)  // run_all reads 784 pixels per image
+                         .conv2d("a", "x", 1, 32, window(3, 3, 1, 1, 1, 1, 1, 1), 11)
+                         .unary("ar", OpType::Relu, "a")
+                         .conv2d("b", "x", 1, 32, window(5, 5, 1, 1, 2, 2, 2, 2), 12)
+                         .add("ab", "ar", "b")
+                         .concat("cat", {"ab", "ar"})
+                         .pool("pool", OpType::MaxPool, "cat", window(2, 2, 2, 2))
+                         .conv2d("c", "pool", 64, 40, window(3, 3, 2, 2), 13)
+                         .unary("cr", OpType::Relu, "c")
+                         .unary("f", OpType::Flatten, "cr")
+                         .dense("d1", "f", 40 * 6 * 6, 64, 14)
+                         .unary("d1r", OpType::Relu, "d1")
+                         .dense("d2", "d1r", 64, 10, 15)
+                         .unary("prob", OpType::Softmax, "d2")
+                         .outputs({"prob"})
+                         .build();
+  formats::ImageBatch images;
+  images.count = 203, images.channels = 1, images.height = 28, images.width = 28;
+  images.pixels = testing_support::random_bytes(784 * 203, 5);
+  for (auto kernels : {engine::cpu::CpuOptions::Kernels::Best, engine::cpu::CpuOptions::Kernels::Portable}) {
+    engine::cpu::CpuOptions tiles{kernels, Schedule::Tiles}, per_image{kernels, Schedule::Images};
+    const auto base = run_all(*engine::cpu::make_cpu_backend(tiles), model, images, 203, 1);
+    for (float v : base) ASSERT_FALSE(std::isnan(v));
+    for (auto [split, threads] : {std::pair{203, 1}, {1, 1}, {7, 2}, {64, 3}}) {
+      const auto again = run_all(*engine::cpu::make_cpu_backend(per_image), model, images, split, threads);
+      ASSERT_EQ(again.size(), base.size());
+      EXPECT_EQ(std::memcmp(again.data(), base.data(), base.size() * sizeof(float)), 0)
+          << "images schedule, batches of " << split << ", " << threads << " threads";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, FastCpu,
+                         ::testing::Values("best", "avx2", "portable", "best-images", "avx2-images",
+                                           "portable-images"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           if (name.find('-') != std::string::npos) name.replace(name.find('-'), 1, "_");
+                           return name;
+                         });
 
 }  // namespace
