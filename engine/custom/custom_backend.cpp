@@ -2,10 +2,11 @@
 // configurations) and forward(). Kernels and their launchers live in the .cu files beside it, one
 // per op family; this file is plain C++ (fmt is fine here, not in .cu files).
 //
-// Two paths. The fused path (fused/: one conv-chain and one dense-chain kernel, fp32) runs every
-// graph that qualifies (fused/fused_plan.hpp states the rule and the limits). Any other graph, or
-// any graph with CompileOptions::fuse off, runs the per-node kernels below, which accumulate in
-// double in the CPU reference's order. --precision fp16|bf16|int8: the tensor-core chain
+// fp32 paths. The fused path (fused/: one conv-chain and one dense-chain kernel) runs every graph
+// that qualifies (fused/fused_plan.hpp states the rule and the limits). Every other graph runs the
+// general path (general/: implicit-GEMM conv2d and dense kernels with fused epilogues, fp32
+// accumulation in a fixed order). CompileOptions::fuse off (--no-fuse) runs the per-node kernels
+// below, which accumulate in double in the CPU reference's order: the GPU oracle. --precision fp16|bf16|int8: the tensor-core chain
 // (fused/tc_chain*) for the LeNet-5 family; otherwise the per-node kernels with conv2d and dense on
 // tensor cores (tc_gemm.hpp) and every other op in fp32.
 //
@@ -33,6 +34,7 @@
 #include "engine/custom/fused/fused_plan.hpp"
 #include "engine/custom/fused/tc_chain_executable.hpp"
 #include "engine/custom/fused/tc_chain_plan.hpp"
+#include "engine/custom/general/general_executable.hpp"
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
 #include "engine/custom/tc_gemm.hpp"
@@ -543,15 +545,17 @@ class CustomBackend final : public Backend {
         "atomics){}",
         device_description(),
         options.precision == Precision::TF32 ? "; TF32 requested: these kernels have no TF32 path, fp32 used" : "");
-    std::string not_fused = "turned off (--no-fuse)";
-    if (options.fuse) {
+    if (!options.fuse)
+      return std::make_unique<CustomExecutable>(graph, options, header, "turned off (--no-fuse): the GPU oracle");
+    std::string not_fused = "the general path requested (CustomOptions::general)";
+    if (!options_.general.over_fused_chain) {
       auto planned = fused::plan_fused(graph, device);
       if (auto* plan = std::get_if<fused::FusedPlan>(&planned))
         return fused::make_fused_executable(graph, std::move(*plan), options, options_.image, device,
                                             header + "; fused path: fp32 accumulation, accurate tanhf/expf");
       not_fused = std::get<std::string>(planned);
     }
-    return std::make_unique<CustomExecutable>(graph, options, header, not_fused);
+    return general::make_general_executable(graph, options, header + "\nfused chain not taken: " + not_fused);
   }
 
   // fp16 / bf16 / int8: the tensor-core chain (one kernel) for the models of its family; any other model,

@@ -1,0 +1,17 @@
+#pragma once
+// The custom backend's general fp32 path at run time (general_plan.hpp): weights packed and
+// uploaded once, the plan's buffer allocated once, forward(n) = the plan's steps on the
+// executable's stream, each GEMM with the block tile chosen for n (conv_gemm.hpp: same bits for
+// every tile).
+#include <memory>
+#include <string>
+
+#include "engine/core/backend.hpp"
+
+namespace engine::custom::general {
+
+// `header`: the plan summary's first lines (device, precision, why the fused chain was not taken).
+std::unique_ptr<Executable> make_general_executable(const Graph& graph, const CompileOptions& options,
+                                                    std::string header);
+
+}  // namespace engine::custom::general
