@@ -35,6 +35,7 @@
 #include "engine/custom/fused/tc_chain_executable.hpp"
 #include "engine/custom/fused/tc_chain_plan.hpp"
 #include "engine/custom/general/general_executable.hpp"
+#include "engine/custom/node_shapes.hpp"
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
 #include "engine/custom/tc_gemm.hpp"
@@ -46,27 +47,6 @@
 
 namespace engine::custom {
 namespace {
-
-// The window fields both Conv2dShape and Pool2dShape carry (bottom/right padding is implied by the
-// output size the planner computed).
-template <typename WindowedShape>
-void set_window(WindowedShape& s, const formats::Window2D& w) {
-  s.kernel_h = w.kernel_h;
-  s.kernel_w = w.kernel_w;
-  s.stride_h = w.stride_h;
-  s.stride_w = w.stride_w;
-  s.pad_top = w.pad_top;
-  s.pad_left = w.pad_left;
-}
-
-std::optional<Activation> activation_of(OpType op) {
-  switch (op) {
-    case OpType::Relu: return Activation::Relu;
-    case OpType::Tanh: return Activation::Tanh;
-    case OpType::Sigmoid: return Activation::Sigmoid;
-    default: return std::nullopt;
-  }
-}
 
 // Per-sample arena intervals [offset, offset + elements): two values' [B, elements] blocks overlap
 // exactly when these do (both scale by the same B).
@@ -259,13 +239,8 @@ class CustomExecutable final : public gpu::GpuExecutable {
           a.x = x;
           a.y = y;
           a.count_include_pad = node.count_include_pad;
-          Pool2dShape& s = a.shape;
-          s.channels = as_int(in.shape.at(0));
-          s.height = as_int(in.shape.at(1));
-          s.width = as_int(in.shape.at(2));
-          s.out_height = as_int(out.shape.at(1));
-          s.out_width = as_int(out.shape.at(2));
-          set_window(s, node.window);
+          a.shape = pool_shape(node, in, out);
+          const Pool2dShape& s = a.shape;
           const PoolLaunch l = pool_plan(s, limits);
           const bool is_max = node.op == OpType::MaxPool;
           lines.push_back(fmt::format("{}: {}_forward, one thread per output, {} threads/block{}", context,

@@ -9,6 +9,7 @@
 
 #include "engine/custom/elementwise.hpp"
 #include "engine/custom/general/general_plan.hpp"
+#include "engine/custom/node_shapes.hpp"
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
 #include "engine/gpu/cuda_check.hpp"
@@ -195,15 +196,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
     a.x = dense_view(op.x);
     a.y = dense_view(op.y);
     a.count_include_pad = node.count_include_pad;
-    Pool2dShape& s = a.shape;
-    s.channels = int(in.shape.at(0));
-    s.height = int(in.shape.at(1));
-    s.width = int(in.shape.at(2));
-    s.out_height = int(out.shape.at(1));
-    s.out_width = int(out.shape.at(2));
-    s.kernel_h = node.window.kernel_h, s.kernel_w = node.window.kernel_w;
-    s.stride_h = node.window.stride_h, s.stride_w = node.window.stride_w;
-    s.pad_top = node.window.pad_top, s.pad_left = node.window.pad_left;
+    a.shape = pool_shape(node, in, out);
     pool_args_.push_back(a);
     return fmt::format("{}: {}_forward (per-node kernel)", step.context, op.max ? "maxpool" : "avgpool");
   }

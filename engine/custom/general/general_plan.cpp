@@ -8,17 +8,10 @@
 #include <optional>
 #include <stdexcept>
 
+#include "engine/custom/node_shapes.hpp"
+
 namespace engine::custom::general {
 namespace {
-
-std::optional<Activation> activation_of(OpType op) {
-  switch (op) {
-    case OpType::Relu: return Activation::Relu;
-    case OpType::Tanh: return Activation::Tanh;
-    case OpType::Sigmoid: return Activation::Sigmoid;
-    default: return std::nullopt;
-  }
-}
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -53,12 +46,7 @@ GemmShape gemm_shape(const formats::Node& node, const Value& in, const Value& ou
   s.out_channels = int(out.shape.at(0));
   s.out_height = int(out.shape.at(1));
   s.out_width = int(out.shape.at(2));
-  s.kernel_h = node.window.kernel_h;
-  s.kernel_w = node.window.kernel_w;
-  s.stride_h = node.window.stride_h;
-  s.stride_w = node.window.stride_w;
-  s.pad_top = node.window.pad_top;
-  s.pad_left = node.window.pad_left;
+  set_window(s, node.window);
   return s;
 }
 
