@@ -154,6 +154,18 @@ TEST(CustomGeneral, NoFuseIsThePerNodeOracle) {
   EXPECT_FALSE(contains(summary, "general fp32")) << summary;
 }
 
+// Batches past 65,535 samples (the end of 16-bit grid dimensions): every op kind on the general path.
+TEST(CustomGeneral, HugeBatchesMatchCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto backend = general_backend();
+  uint32_t seed = 800;
+  for (const auto& m : gpu_test::huge_batch_models()) {
+    SCOPED_TRACE(m.model->name);
+    for (const auto& bc : gpu_test::huge_batch_cases())
+      gpu_test::expect_matches_cpu(*backend, m.model, bc, seed++, m.lo, m.hi, {}, kGeneralTolerance);
+  }
+}
+
 // The same images give the same bits in batches of 1, 7 and 64 (each compiled for its own
 // capacity, so the tiles differ) and in one batch of 300.
 TEST(CustomGeneral, BitwiseEqualAcrossBatchSplits) {

@@ -27,8 +27,12 @@ int multiprocessor_count() {
 
 class GeneralExecutable final : public gpu::GpuExecutable {
  public:
-  GeneralExecutable(GeneralPlan plan, const CompileOptions& options, std::string header)
-      : GpuExecutable(plan.graph, options), plan_(std::move(plan)), sms_(multiprocessor_count()) {
+  GeneralExecutable(GeneralPlan plan, const CompileOptions& options, std::string header, std::string why_not_fused)
+      : GpuExecutable(plan.graph, options),
+        plan_(std::move(plan)),
+        sms_(multiprocessor_count()),
+        path_("general fp32 (implicit-GEMM conv2d/dense with fused epilogues; fused chain not taken: " +
+              why_not_fused + ")") {
     limits_.multiprocessors = sms_;
     elementwise_ = elementwise_plan(limits_);
     if (plan_.buffer_floats > 0) {
@@ -38,7 +42,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
     }
     int gemms = 0;
     for (const Step& s : plan_.steps) gemms += std::holds_alternative<GemmStep>(s.op) ? 1 : 0;
-    std::vector<std::string> lines{std::move(header)};
+    std::vector<std::string> lines{std::move(header), "fused chain not taken: " + why_not_fused};
     lines.push_back(fmt::format(
         "path: general fp32 ({} kernel(s): {} implicit-GEMM conv2d/dense with fused epilogues, {} other; the per-node "
         "double kernels are not used)",
@@ -99,7 +103,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   }
 
   std::string plan_summary() const override { return summary_; }
-  std::string execution_path() const override { return "general fp32 (implicit-GEMM kernels, fused epilogues)"; }
+  std::string execution_path() const override { return path_; }
 
  private:
   int64_t elements(int value) const { return graph_.value(value).elements; }
@@ -235,14 +239,16 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   std::vector<Pool2dArgs> pool_args_;
   std::vector<const float*> params_;
   std::vector<int> launch_index_;  // per step: its entry in gemm_args_ / pool_args_ / params_, or -1
+  std::string path_;
   std::string summary_;
 };
 
 }  // namespace
 
 std::unique_ptr<Executable> make_general_executable(const Graph& graph, const CompileOptions& options,
-                                                    std::string header) {
-  return std::make_unique<GeneralExecutable>(plan_general(graph), options, std::move(header));
+                                                    std::string header, std::string why_not_fused) {
+  return std::make_unique<GeneralExecutable>(plan_general(graph), options, std::move(header),
+                                             std::move(why_not_fused));
 }
 
 }  // namespace engine::custom::general
