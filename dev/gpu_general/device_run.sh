@@ -29,8 +29,8 @@ if [[ $PARTS == *" bench "* ]]; then
   for m in $MODELS; do
     n=$(basename "$(dirname "$m")")
     { echo "== $m"; "$B/engine" info "$m"; } >>"$OUT/info.txt" 2>&1
-    timeout 120 "$B/engine" bench "$m" --backend custom --batch ${BATCHES:-1,1024,65536} --cuda-graph --duration 0.3 \
-      --repetitions 3 --json "/tmp/bench-$n.json" 2>&1 | tail -12
+    timeout 120 "$B/engine" bench "$m" --backend custom --batch ${BATCHES:-1,1024,65536} --cuda-graph --duration ${DURATION:-0.3} \
+      --repetitions ${REPS:-3} --json "/tmp/bench-$n.json" 2>&1 | tail -12
     timeout 150 python3 benchmarks/bench_torch.py "$m" --engine "/tmp/bench-$n.json" --modes graph \
       --json "$OUT/torch-$n.json" 2>&1 | tail -14
   done

@@ -530,7 +530,7 @@ class CustomBackend final : public Backend {
                                             header + "; fused path: fp32 accumulation, accurate tanhf/expf");
       not_fused = std::get<std::string>(planned);
     }
-    return general::make_general_executable(graph, options, header, not_fused);
+    return general::make_general_executable(graph, options, options_.general, header, not_fused);
   }
 
   // fp16 / bf16 / int8: the tensor-core chain (one kernel) for the models of its family; any other model,

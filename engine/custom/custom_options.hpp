@@ -34,6 +34,9 @@ struct TcChainOptions {
 struct GeneralOptions {
   // The general path even for a graph the fused chain takes (tests compare the two on one model).
   bool over_fused_chain = false;
+  // Every conv2d/dense kernel on this block tile (an index of general::GemmTile) instead of the one
+  // the planner picks per layer and batch; the bits are the same (tests check it).
+  std::optional<int> tile;
 };
 
 struct CustomOptions {

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/core/graph.hpp"
 #include "engine/custom/custom_backend.hpp"
+#include "engine/custom/general/conv_gemm.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/gpu/gpu_op_test_util.hpp"
@@ -23,9 +25,10 @@ using testing_support::window;
 // fp32 sums of up to a few thousand products against the double reference (the fused path's bound).
 constexpr double kGeneralTolerance = 2e-4;
 
-std::unique_ptr<engine::Backend> general_backend() {
+std::unique_ptr<engine::Backend> general_backend(std::optional<int> tile = std::nullopt) {
   engine::custom::CustomOptions options;
   options.general.over_fused_chain = true;
+  options.general.tile = tile;
   return engine::custom::make_custom_backend(options);
 }
 
@@ -189,6 +192,24 @@ TEST(CustomGeneral, BitwiseEqualAcrossBatchSplits) {
             << "output " << o << ", samples " << start << ".." << start + n - 1 << " with capacity " << cap;
       }
     }
+  }
+}
+
+// Every block tile (small ones with 32 k values per step and no k table, large ones with 8 and the
+// table) gives the planner's bits: K is never split, and the zero padding changes no bit.
+TEST(CustomGeneral, EveryTileGivesTheSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = branch_add_model(900);
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  const int batch = 37;
+  const auto input = testing_support::random_floats(per_sample * batch, 910);
+  const auto planned = testing_support::run_backend(model, *general_backend(), input.data(), batch, batch);
+  for (int t = 0; t < int(engine::custom::general::GemmTile::Count); ++t) {
+    const auto forced = testing_support::run_backend(model, *general_backend(t), input.data(), batch, batch);
+    for (size_t o = 0; o < planned.size(); ++o)
+      EXPECT_EQ(testing_support::first_bit_difference(forced[o], planned[o]), planned[o].size())
+          << "tile " << engine::custom::general::gemm_tile_name(engine::custom::general::GemmTile(t)) << ", output "
+          << o;
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <variant>
@@ -27,12 +28,17 @@ int multiprocessor_count() {
 
 class GeneralExecutable final : public gpu::GpuExecutable {
  public:
-  GeneralExecutable(GeneralPlan plan, const CompileOptions& options, std::string header, std::string why_not_fused)
+  GeneralExecutable(GeneralPlan plan, const CompileOptions& options, const GeneralOptions& general, std::string header,
+                    std::string why_not_fused)
       : GpuExecutable(plan.graph, options),
         plan_(std::move(plan)),
+        forced_tile_(general.tile),
         sms_(multiprocessor_count()),
         path_("general fp32 (implicit-GEMM conv2d/dense with fused epilogues; fused chain not taken: " +
               why_not_fused + ")") {
+    if (forced_tile_ && (*forced_tile_ < 0 || *forced_tile_ >= int(GemmTile::Count)))
+      throw std::invalid_argument(fmt::format("custom: GEMM tile {} outside 0..{}", *forced_tile_,
+                                              int(GemmTile::Count) - 1));
     limits_.multiprocessors = sms_;
     elementwise_ = elementwise_plan(limits_);
     if (plan_.buffer_floats > 0) {
@@ -72,8 +78,9 @@ class GeneralExecutable final : public gpu::GpuExecutable {
             if constexpr (std::is_same_v<T, GemmStep>) {
               const GemmArgs& a = gemm_args_[size_t(launch_index_[i])];
               const bool pooled = a.epilogue.pool_at >= 0;
-              conv_gemm_forward(a, choose_gemm_tile(gemm_rows(a.shape, pooled, n), a.shape.out_channels, sms_), n, s,
-                                step.context);
+              const GemmTile tile = forced_tile_ ? GemmTile(*forced_tile_)
+                                                 : choose_gemm_tile(gemm_rows(a.shape, pooled, n), a.shape.out_channels, sms_);
+              conv_gemm_forward(a, tile, n, s, step.context);
             } else if constexpr (std::is_same_v<T, PoolStep>) {
               const Pool2dArgs& a = pool_args_[size_t(launch_index_[i])];
               if (op.max) maxpool_forward(a, pool_plan(a.shape, limits_), n, s, step.context);
@@ -229,6 +236,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   }
 
   GeneralPlan plan_;
+  std::optional<int> forced_tile_;
   int sms_;
   DeviceLimits limits_;
   ElementwiseLaunch elementwise_;
@@ -246,8 +254,9 @@ class GeneralExecutable final : public gpu::GpuExecutable {
 }  // namespace
 
 std::unique_ptr<Executable> make_general_executable(const Graph& graph, const CompileOptions& options,
-                                                    std::string header, std::string why_not_fused) {
-  return std::make_unique<GeneralExecutable>(plan_general(graph), options, std::move(header),
+                                                    const GeneralOptions& general, std::string header,
+                                                    std::string why_not_fused) {
+  return std::make_unique<GeneralExecutable>(plan_general(graph), options, general, std::move(header),
                                              std::move(why_not_fused));
 }
 

@@ -7,12 +7,14 @@
 #include <string>
 
 #include "engine/core/backend.hpp"
+#include "engine/custom/custom_options.hpp"
 
 namespace engine::custom::general {
 
 // `header`: the plan summary's first lines (device, precision); `why_not_fused`: why the fused
 // chain does not run this graph (execution_path() and the summary say it).
 std::unique_ptr<Executable> make_general_executable(const Graph& graph, const CompileOptions& options,
-                                                    std::string header, std::string why_not_fused);
+                                                    const GeneralOptions& general, std::string header,
+                                                    std::string why_not_fused);
 
 }  // namespace engine::custom::general
