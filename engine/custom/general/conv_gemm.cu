@@ -26,14 +26,11 @@ __device__ __forceinline__ float apply_stages(float v, const GemmEpilogue& e, in
   return v;
 }
 
-// TABLE: the conv loader reads k's channel offset and window position from the k table (large
-// tiles, many blocks: the dependent load hides behind other blocks); else it divides (small tiles,
-// small batches: one global round trip per step instead of two).
-template <int BM, int BN, int TM, int TN, int BK, bool TABLE, bool DENSE, bool POOL>
+template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     conv_gemm_kernel(const float* __restrict__ x, const float* __restrict__ w, const int4* __restrict__ ktab,
                      int ocp, GemmShape s, GemmEpilogue e, int64_t M) {
-  static_assert(kGemmKPad % BK == 0, "the packed weights' K padding covers every step");
+  constexpr int BK = kGemmBk;
   constexpr int RY = BM / TM, RX = BN / TN;  // threads along m and along n
   constexpr int THREADS = RY * RX;
   constexpr int A_PER = BM * BK / THREADS, B_PER = BN * BK / THREADS;
@@ -50,7 +47,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   const int K = s.channels * s.kernel_h * s.kernel_w;
   const int ktiles = (K + BK - 1) / BK;
   const int hw = s.height * s.width;
-  const int khw = s.kernel_h * s.kernel_w;
 
   // The conv loader's row: one output pixel per thread, decoded once.
   const float* xb = x;
@@ -95,18 +91,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       } else {
         const int kk = kt * BK + tid / BM + i * (THREADS / BM);
         if (row_valid && kk < K) {
-          int c_off, p, q;
-          if constexpr (TABLE) {
-            const int4 t = __ldg(&ktab[kk]);
-            c_off = t.x, p = t.y, q = t.z;
-          } else {
-            const int c = kk / khw, r = kk - c * khw;
-            p = r / s.kernel_w;
-            q = r - p * s.kernel_w;
-            c_off = c * hw;
-          }
-          const int iy = iy0 + p, ix = ix0 + q;
-          if (unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width)) v = xb[c_off + iy * s.width + ix];
+          const int4 t = __ldg(&ktab[kk]);
+          const int iy = iy0 + t.y, ix = ix0 + t.z;
+          if (unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width)) v = xb[t.x + iy * s.width + ix];
         }
       }
       ra[i] = v;
@@ -165,10 +152,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     if (kt + 1 < ktiles) store(buf ^ 1);  // that buffer was last read before the previous barrier
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = acc[i][j] + 0.0f;  // -0 -> +0: the padding changes no bit
 
   const int oc = s.out_channels;
 #pragma unroll
@@ -215,19 +198,19 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 }
 
-template <int BM, int BN, int TM, int TN, int BK, bool TABLE>
+template <int BM, int BN, int TM, int TN>
 void launch(const GemmArgs& a, int64_t M, cudaStream_t stream) {
   const dim3 grid(unsigned((M + BM - 1) / BM), unsigned((a.shape.out_channels + BN - 1) / BN));
   const int threads = (BM / TM) * (BN / TN);
   const bool pool = a.epilogue.pool_at >= 0;
   if (a.shape.dense)
-    conv_gemm_kernel<BM, BN, TM, TN, BK, TABLE, true, false>
+    conv_gemm_kernel<BM, BN, TM, TN, true, false>
         <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, a.epilogue, M);
   else if (pool)
-    conv_gemm_kernel<BM, BN, TM, TN, BK, TABLE, false, true>
+    conv_gemm_kernel<BM, BN, TM, TN, false, true>
         <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, a.epilogue, M);
   else
-    conv_gemm_kernel<BM, BN, TM, TN, BK, TABLE, false, false>
+    conv_gemm_kernel<BM, BN, TM, TN, false, false>
         <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, a.epilogue, M);
 }
 
@@ -235,16 +218,13 @@ void launch(const GemmArgs& a, int64_t M, cudaStream_t stream) {
 
 GemmTileShape gemm_tile_shape(GemmTile t) {
   switch (t) {
-    case GemmTile::T32x16: return {32, 16};
     case GemmTile::T32x32: return {32, 32};
     case GemmTile::T64x16: return {64, 16};
     case GemmTile::T64x32: return {64, 32};
     case GemmTile::T64x64: return {64, 64};
     case GemmTile::T128x32: return {128, 32};
     case GemmTile::T128x64: return {128, 64};
-    case GemmTile::T256x32: return {256, 32};
     case GemmTile::T128x128: return {128, 128};
-    case GemmTile::T256x64: return {256, 64};
     case GemmTile::Count: break;
   }
   return {0, 0};
@@ -252,23 +232,20 @@ GemmTileShape gemm_tile_shape(GemmTile t) {
 
 const char* gemm_tile_name(GemmTile t) {
   switch (t) {
-    case GemmTile::T32x16: return "32x16";
     case GemmTile::T32x32: return "32x32";
     case GemmTile::T64x16: return "64x16";
     case GemmTile::T64x32: return "64x32";
     case GemmTile::T64x64: return "64x64";
     case GemmTile::T128x32: return "128x32";
     case GemmTile::T128x64: return "128x64";
-    case GemmTile::T256x32: return "256x32";
     case GemmTile::T128x128: return "128x128";
-    case GemmTile::T256x64: return "256x64";
     case GemmTile::Count: break;
   }
   return "?";
 }
 
 GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors) {
-  GemmTile most = GemmTile::T32x16;
+  GemmTile most = GemmTile::T32x32;
   int64_t most_blocks = -1;
   for (int t = int(GemmTile::Count) - 1; t >= 0; --t) {
     const GemmTileShape sh = gemm_tile_shape(GemmTile(t));
@@ -289,16 +266,13 @@ void conv_gemm_forward(const GemmArgs& a, GemmTile tile, int n, cudaStream_t str
   const int64_t M = gemm_rows(a.shape, a.epilogue.pool_at >= 0, n);
   if (M <= 0) return;
   switch (tile) {
-    case GemmTile::T32x16: launch<32, 16, 4, 4, 32, false>(a, M, stream); break;
-    case GemmTile::T32x32: launch<32, 32, 4, 4, 32, false>(a, M, stream); break;
-    case GemmTile::T64x16: launch<64, 16, 4, 4, 32, false>(a, M, stream); break;
-    case GemmTile::T64x32: launch<64, 32, 4, 4, 32, false>(a, M, stream); break;
-    case GemmTile::T64x64: launch<64, 64, 4, 4, 8, true>(a, M, stream); break;
-    case GemmTile::T128x32: launch<128, 32, 4, 4, 8, true>(a, M, stream); break;
-    case GemmTile::T128x64: launch<128, 64, 8, 4, 8, true>(a, M, stream); break;
-    case GemmTile::T256x32: launch<256, 32, 8, 4, 8, true>(a, M, stream); break;
-    case GemmTile::T128x128: launch<128, 128, 8, 8, 8, true>(a, M, stream); break;
-    case GemmTile::T256x64: launch<256, 64, 8, 8, 8, true>(a, M, stream); break;
+    case GemmTile::T32x32: launch<32, 32, 4, 4>(a, M, stream); break;
+    case GemmTile::T64x16: launch<64, 16, 4, 4>(a, M, stream); break;
+    case GemmTile::T64x32: launch<64, 32, 4, 4>(a, M, stream); break;
+    case GemmTile::T64x64: launch<64, 64, 4, 4>(a, M, stream); break;
+    case GemmTile::T128x32: launch<128, 32, 4, 4>(a, M, stream); break;
+    case GemmTile::T128x64: launch<128, 64, 8, 4>(a, M, stream); break;
+    case GemmTile::T128x128: launch<128, 128, 8, 8>(a, M, stream); break;
     case GemmTile::Count: break;
   }
   CUDA_CHECK_LAUNCH(context);

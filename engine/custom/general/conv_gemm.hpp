@@ -5,15 +5,12 @@
 // output channel (or unit), k = (c * kh + p) * kw + q an input channel and window position (dense:
 // k the input feature). A is gathered from the NCHW input on the fly (a table maps k to the channel
 // offset and window position); B is the weight packed at plan time as [K][OC padded]. A block
-// computes a BM x BN tile of C in registers (thread tiles of TM x TN), staging BK values of k of A
-// and B per step in double-buffered shared memory (BK = 8 for the large tiles; 32 for the small
-// ones, which small batches run: a quarter of the steps, each one global-memory round trip).
+// computes a BM x BN tile of C in registers (thread tiles of TM x TN), staging BK = 8 values of k
+// of A and B per step in double-buffered shared memory.
 //
 // Determinism: each output is one fp32 accumulator, started at the bias (or 0), then fmaf over
-// k = 0 .. K-1 in order, then zero products up to the tile's multiple of BK, then + 0.0f. A zero
-// product leaves every value but -0 unchanged and the final + 0.0f turns -0 into +0 whether or not
-// a zero product came before, so the padding changes no bit. No tile ever splits K, so the bits do
-// not depend on the tile chosen or the batch.
+// k = 0 .. K-1 in order, the K range padded with zeros to a multiple of BK (the same BK for every
+// tile shape). No tile ever splits K, so the bits do not depend on the tile chosen or the batch.
 //
 // Epilogue: up to kMaxStages stages (activation, per-channel scale_shift, add of a residual) in
 // order, optionally a 2x2 stride-2 max pool after the first `pool_at` of them (the rows of a block
@@ -28,7 +25,7 @@
 
 namespace engine::custom::general {
 
-inline constexpr int kGemmKPad = 32;  // packed weights hold K rounded up to this (every tile's BK divides it)
+inline constexpr int kGemmBk = 8;     // k values per shared-memory step (fixed: it sets the padding)
 inline constexpr int kMaxStages = 4;  // epilogue stages after the bias
 inline constexpr int kMaxTileN = 128;  // packed weights are padded to a multiple of this
 
@@ -63,7 +60,7 @@ struct GemmEpilogue {
 
 struct GemmArgs {
   const float* x = nullptr;       // [n, channels, height, width], contiguous
-  const float* weight = nullptr;  // [K padded to kGemmKPad][oc_padded]
+  const float* weight = nullptr;  // [K padded to kGemmBk][oc_padded]
   const int4* k_table = nullptr;  // conv: per k {c * H * W, p, q, 0}; dense: null
   int oc_padded = 0;
   GemmShape shape;
@@ -71,9 +68,7 @@ struct GemmArgs {
 };
 
 // The block tiles the kernel is built for, smallest to largest work per block.
-enum class GemmTile : int {
-  T32x16 = 0, T32x32, T64x16, T64x32, T64x64, T128x32, T128x64, T256x32, T128x128, T256x64, Count
-};
+enum class GemmTile : int { T32x32 = 0, T64x16, T64x32, T64x64, T128x32, T128x64, T128x128, Count };
 struct GemmTileShape {
   int bm, bn;
 };

@@ -55,7 +55,7 @@ GemmShape gemm_shape(const formats::Node& node, const Value& in, const Value& ou
 void pack_weights(const formats::Node& node, GemmStep& step) {
   const int64_t K = step.shape.k(), oc = step.shape.out_channels;
   step.oc_padded = int(round_up(oc, kMaxTileN));
-  const int64_t kp = round_up(K, kGemmKPad);
+  const int64_t kp = round_up(K, kGemmBk);
   const std::vector<float>& w = node.weight->values;
   if (int64_t(w.size()) != oc * K)
     throw std::invalid_argument(fmt::format("custom: node '{}': weight holds {} values, expected {} x {}", node.name,

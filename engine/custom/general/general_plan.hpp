@@ -45,7 +45,7 @@ struct GemmStep {
   std::vector<StagePlan> stages;
   int pool_at = -1;
   int bias_node = -1;          // the conv2d/dense node (its bias, if any)
-  std::vector<float> weight;   // [K padded to kGemmKPad][oc_padded]
+  std::vector<float> weight;   // [K padded to kGemmBk][oc_padded]
   int oc_padded = 0;
   std::vector<int> k_table;    // conv: 4 ints per k (int4 {c * H * W, p, q, 0}); dense: empty
 };
