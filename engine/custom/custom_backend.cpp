@@ -209,13 +209,7 @@ class CustomExecutable final : public gpu::GpuExecutable {
           a.bias = upload(node.bias, node.name, "bias");
           a.activation = fused_act;
           Conv2dShape& s = a.shape;
-          s.channels = as_int(in.shape.at(0));
-          s.height = as_int(in.shape.at(1));
-          s.width = as_int(in.shape.at(2));
-          s.out_channels = as_int(out.shape.at(0));
-          s.out_height = as_int(out.shape.at(1));
-          s.out_width = as_int(out.shape.at(2));
-          set_window(s, node.window);
+          set_windowed_shape(s, node, in, out);
           if (tc_) {
             add_tc_gemm(context, node, planned, x, y, fused_act, as_tc_shape(s), lines);
             break;

@@ -30,15 +30,22 @@ void set_window(WindowedShape& s, const formats::Window2D& w) {
   s.pad_left = w.pad_left;
 }
 
-// A pool node's shape from its input and output values ([C, H, W] per sample).
-inline Pool2dShape pool_shape(const formats::Node& node, const Value& in, const Value& out) {
-  Pool2dShape s;
+// A windowed node's sizes and window from its [C, H, W] input and output values: a pool's
+// shape, or (with out_channels) a conv's, whichever struct the path's kernel takes.
+template <typename WindowedShape>
+void set_windowed_shape(WindowedShape& s, const formats::Node& node, const Value& in, const Value& out) {
   s.channels = int(in.shape.at(0));
   s.height = int(in.shape.at(1));
   s.width = int(in.shape.at(2));
   s.out_height = int(out.shape.at(1));
   s.out_width = int(out.shape.at(2));
+  if constexpr (requires { s.out_channels; }) s.out_channels = int(out.shape.at(0));
   set_window(s, node.window);
+}
+
+inline Pool2dShape pool_shape(const formats::Node& node, const Value& in, const Value& out) {
+  Pool2dShape s;
+  set_windowed_shape(s, node, in, out);
   return s;
 }
 

@@ -40,13 +40,7 @@ GemmShape gemm_shape(const formats::Node& node, const Value& in, const Value& ou
     s.out_channels = int(out.elements);
     return s;
   }
-  s.channels = int(in.shape.at(0));
-  s.height = int(in.shape.at(1));
-  s.width = int(in.shape.at(2));
-  s.out_channels = int(out.shape.at(0));
-  s.out_height = int(out.shape.at(1));
-  s.out_width = int(out.shape.at(2));
-  set_window(s, node.window);
+  set_windowed_shape(s, node, in, out);
   return s;
 }
 
