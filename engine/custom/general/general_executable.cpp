@@ -34,8 +34,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
         plan_(std::move(plan)),
         forced_tile_(general.tile),
         sms_(multiprocessor_count()),
-        path_("general fp32 (implicit-GEMM conv2d/dense with fused epilogues; fused chain not taken: " +
-              why_not_fused + ")") {
+        why_not_fused_(std::move(why_not_fused)) {
     if (forced_tile_ && (*forced_tile_ < 0 || *forced_tile_ >= int(GemmTile::Count)))
       throw std::invalid_argument(fmt::format("custom: GEMM tile {} outside 0..{}", *forced_tile_,
                                               int(GemmTile::Count) - 1));
@@ -48,7 +47,11 @@ class GeneralExecutable final : public gpu::GpuExecutable {
     }
     int gemms = 0;
     for (const Step& s : plan_.steps) gemms += std::holds_alternative<GemmStep>(s.op) ? 1 : 0;
-    std::vector<std::string> lines{std::move(header), "fused chain not taken: " + why_not_fused};
+    path_ = fmt::format(
+        "general fp32 ({} kernels: {} implicit-GEMM conv2d/dense with fused epilogues, {} other; fused chain not "
+        "taken: {})",
+        plan_.steps.size(), gemms, int(plan_.steps.size()) - gemms, why_not_fused_);
+    std::vector<std::string> lines{std::move(header), "fused chain not taken: " + why_not_fused_};
     lines.push_back(fmt::format(
         "path: general fp32 ({} kernel(s): {} implicit-GEMM conv2d/dense with fused epilogues, {} other; the per-node "
         "double kernels are not used)",
@@ -247,6 +250,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   std::vector<Pool2dArgs> pool_args_;
   std::vector<const float*> params_;
   std::vector<int> launch_index_;  // per step: its entry in gemm_args_ / pool_args_ / params_, or -1
+  std::string why_not_fused_;
   std::string path_;
   std::string summary_;
 };
