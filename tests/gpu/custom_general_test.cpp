@@ -12,6 +12,7 @@
 #include "engine/core/graph.hpp"
 #include "engine/custom/custom_backend.hpp"
 #include "engine/custom/general/conv_gemm.hpp"
+#include "engine/custom/general/general_plan.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/gpu/gpu_op_test_util.hpp"
@@ -211,6 +212,43 @@ TEST(CustomGeneral, EveryTileGivesTheSameBits) {
           << "tile " << engine::custom::general::gemm_tile_name(engine::custom::general::GemmTile(t)) << ", output "
           << o;
   }
+}
+
+// The plan alone (host code, runs without a GPU): what each GEMM fuses, the concat inputs written
+// in place, and blocks that share space never live at the same step.
+TEST(CustomGeneralPlan, FusesEpiloguesWritesSlicesInPlaceAndNeverOverlapsLiveBlocks) {
+  using namespace engine::custom::general;
+  const GeneralPlan plan = plan_general(engine::plan_graph(branch_add_model(1000)));
+  const engine::Graph& g = plan.graph;
+  // stem+relu, a+scale_shift+relu, b+tanh, concat, c+add+relu, pool 3x3, d+relu+maxpool 2x2, h+sigmoid, o, softmax.
+  EXPECT_EQ(plan.steps.size(), 10u);
+  EXPECT_EQ(plan.fused_nodes, 9);
+  EXPECT_EQ(plan.in_place_slices, 2);
+  auto value = [&](const std::string& name) {
+    for (size_t i = 0; i < g.values.size(); ++i)
+      if (g.values[i].name == name) return int(i);
+    ADD_FAILURE() << "no value " << name;
+    return 0;
+  };
+  const View ab = plan.views[size_t(value("ab"))], a = plan.views[size_t(value("a_r"))],
+             b = plan.views[size_t(value("b_t"))];
+  EXPECT_EQ(a.block, ab.block);
+  EXPECT_EQ(b.block, ab.block);
+  EXPECT_EQ(a.offset, ab.offset);
+  EXPECT_EQ(b.offset, ab.offset + 7 * 15 * 15);
+  for (const char* inner : {"stem", "a", "a_bn", "b", "c", "res", "d", "d_r", "h"})
+    EXPECT_LT(plan.views[size_t(value(inner))].block, 0) << inner << " is never materialised";
+  for (const std::string out : {"prob", "h_r"})
+    EXPECT_GE(plan.blocks.at(size_t(plan.views[size_t(value(out))].block)).arena_value, 0) << out;
+  for (size_t i = 0; i < plan.blocks.size(); ++i)
+    for (size_t j = i + 1; j < plan.blocks.size(); ++j) {
+      const Block &x = plan.blocks[i], &y = plan.blocks[j];
+      if (x.arena_value >= 0 || y.arena_value >= 0) continue;
+      const bool meet = x.first <= y.last && y.first <= x.last;
+      const bool share = x.offset < y.offset + y.floats && y.offset < x.offset + x.floats;
+      EXPECT_FALSE(meet && share) << "blocks " << i << " and " << j;
+      EXPECT_LE(x.offset + x.floats, plan.buffer_floats);
+    }
 }
 
 }  // namespace
