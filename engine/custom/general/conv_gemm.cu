@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <string>
 
 #include "engine/custom/device_math.cuh"
 #include "engine/gpu/cuda_check.hpp"
@@ -199,8 +200,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 }
 
 template <int BM, int BN, int TM, int TN>
-void launch(const GemmArgs& a, int64_t M, cudaStream_t stream) {
-  const dim3 grid(unsigned((M + BM - 1) / BM), unsigned((a.shape.out_channels + BN - 1) / BN));
+void launch(const GemmArgs& a, int64_t M, cudaStream_t stream, const std::string& context) {
+  const int64_t row_blocks = (M + BM - 1) / BM, col_blocks = (a.shape.out_channels + BN - 1) / BN;
+  if (row_blocks > INT_MAX || col_blocks > 65535)
+    throw gpu::CudaError(context + ": " + std::to_string(M) + " x " + std::to_string(a.shape.out_channels) +
+                         " outputs exceed the GEMM kernel's grid");
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks));
   const int threads = (BM / TM) * (BN / TN);
   const bool pool = a.epilogue.pool_at >= 0;
   if (a.shape.dense)
@@ -266,13 +271,13 @@ void conv_gemm_forward(const GemmArgs& a, GemmTile tile, int n, cudaStream_t str
   const int64_t M = gemm_rows(a.shape, a.epilogue.pool_at >= 0, n);
   if (M <= 0) return;
   switch (tile) {
-    case GemmTile::T32x32: launch<32, 32, 4, 4>(a, M, stream); break;
-    case GemmTile::T64x16: launch<64, 16, 4, 4>(a, M, stream); break;
-    case GemmTile::T64x32: launch<64, 32, 4, 4>(a, M, stream); break;
-    case GemmTile::T64x64: launch<64, 64, 4, 4>(a, M, stream); break;
-    case GemmTile::T128x32: launch<128, 32, 4, 4>(a, M, stream); break;
-    case GemmTile::T128x64: launch<128, 64, 8, 4>(a, M, stream); break;
-    case GemmTile::T128x128: launch<128, 128, 8, 8>(a, M, stream); break;
+    case GemmTile::T32x32: launch<32, 32, 4, 4>(a, M, stream, context); break;
+    case GemmTile::T64x16: launch<64, 16, 4, 4>(a, M, stream, context); break;
+    case GemmTile::T64x32: launch<64, 32, 4, 4>(a, M, stream, context); break;
+    case GemmTile::T64x64: launch<64, 64, 4, 4>(a, M, stream, context); break;
+    case GemmTile::T128x32: launch<128, 32, 4, 4>(a, M, stream, context); break;
+    case GemmTile::T128x64: launch<128, 64, 8, 4>(a, M, stream, context); break;
+    case GemmTile::T128x128: launch<128, 128, 8, 8>(a, M, stream, context); break;
     case GemmTile::Count: break;
   }
   CUDA_CHECK_LAUNCH(context);
