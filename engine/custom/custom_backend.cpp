@@ -2,10 +2,11 @@
 // configurations) and forward(). Kernels and their launchers live in the .cu files beside it, one
 // per op family; this file is plain C++ (fmt is fine here, not in .cu files).
 //
-// Two paths. The fused path (fused/: one conv-chain and one dense-chain kernel, fp32) runs every
-// graph that qualifies (fused/fused_plan.hpp states the rule and the limits). Any other graph, or
-// any graph with CompileOptions::fuse off, runs the per-node kernels below, which accumulate in
-// double in the CPU reference's order. --precision fp16|bf16|int8: the tensor-core chain
+// fp32 paths. The fused path (fused/: one conv-chain and one dense-chain kernel) runs every graph
+// that qualifies (fused/fused_plan.hpp states the rule and the limits). Every other graph runs the
+// general path (general/: implicit-GEMM conv2d and dense kernels with fused epilogues, fp32
+// accumulation in a fixed order). CompileOptions::fuse off (--no-fuse) runs the per-node kernels
+// below, which accumulate in double in the CPU reference's order: the GPU oracle. --precision fp16|bf16|int8: the tensor-core chain
 // (fused/tc_chain*) for the LeNet-5 family; otherwise the per-node kernels with conv2d and dense on
 // tensor cores (tc_gemm.hpp) and every other op in fp32.
 //
@@ -33,6 +34,8 @@
 #include "engine/custom/fused/fused_plan.hpp"
 #include "engine/custom/fused/tc_chain_executable.hpp"
 #include "engine/custom/fused/tc_chain_plan.hpp"
+#include "engine/custom/general/general_executable.hpp"
+#include "engine/custom/node_shapes.hpp"
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
 #include "engine/custom/tc_gemm.hpp"
@@ -44,27 +47,6 @@
 
 namespace engine::custom {
 namespace {
-
-// The window fields both Conv2dShape and Pool2dShape carry (bottom/right padding is implied by the
-// output size the planner computed).
-template <typename WindowedShape>
-void set_window(WindowedShape& s, const formats::Window2D& w) {
-  s.kernel_h = w.kernel_h;
-  s.kernel_w = w.kernel_w;
-  s.stride_h = w.stride_h;
-  s.stride_w = w.stride_w;
-  s.pad_top = w.pad_top;
-  s.pad_left = w.pad_left;
-}
-
-std::optional<Activation> activation_of(OpType op) {
-  switch (op) {
-    case OpType::Relu: return Activation::Relu;
-    case OpType::Tanh: return Activation::Tanh;
-    case OpType::Sigmoid: return Activation::Sigmoid;
-    default: return std::nullopt;
-  }
-}
 
 // Per-sample arena intervals [offset, offset + elements): two values' [B, elements] blocks overlap
 // exactly when these do (both scale by the same B).
@@ -227,13 +209,7 @@ class CustomExecutable final : public gpu::GpuExecutable {
           a.bias = upload(node.bias, node.name, "bias");
           a.activation = fused_act;
           Conv2dShape& s = a.shape;
-          s.channels = as_int(in.shape.at(0));
-          s.height = as_int(in.shape.at(1));
-          s.width = as_int(in.shape.at(2));
-          s.out_channels = as_int(out.shape.at(0));
-          s.out_height = as_int(out.shape.at(1));
-          s.out_width = as_int(out.shape.at(2));
-          set_window(s, node.window);
+          set_windowed_shape(s, node, in, out);
           if (tc_) {
             add_tc_gemm(context, node, planned, x, y, fused_act, as_tc_shape(s), lines);
             break;
@@ -257,13 +233,8 @@ class CustomExecutable final : public gpu::GpuExecutable {
           a.x = x;
           a.y = y;
           a.count_include_pad = node.count_include_pad;
-          Pool2dShape& s = a.shape;
-          s.channels = as_int(in.shape.at(0));
-          s.height = as_int(in.shape.at(1));
-          s.width = as_int(in.shape.at(2));
-          s.out_height = as_int(out.shape.at(1));
-          s.out_width = as_int(out.shape.at(2));
-          set_window(s, node.window);
+          a.shape = pool_shape(node, in, out);
+          const Pool2dShape& s = a.shape;
           const PoolLaunch l = pool_plan(s, limits);
           const bool is_max = node.op == OpType::MaxPool;
           lines.push_back(fmt::format("{}: {}_forward, one thread per output, {} threads/block{}", context,
@@ -543,15 +514,17 @@ class CustomBackend final : public Backend {
         "atomics){}",
         device_description(),
         options.precision == Precision::TF32 ? "; TF32 requested: these kernels have no TF32 path, fp32 used" : "");
-    std::string not_fused = "turned off (--no-fuse)";
-    if (options.fuse) {
+    if (!options.fuse)
+      return std::make_unique<CustomExecutable>(graph, options, header, "turned off (--no-fuse): the GPU oracle");
+    std::string not_fused = "the general path requested (CustomOptions::general)";
+    if (!options_.general.over_fused_chain) {
       auto planned = fused::plan_fused(graph, device);
       if (auto* plan = std::get_if<fused::FusedPlan>(&planned))
         return fused::make_fused_executable(graph, std::move(*plan), options, options_.image, device,
                                             header + "; fused path: fp32 accumulation, accurate tanhf/expf");
       not_fused = std::get<std::string>(planned);
     }
-    return std::make_unique<CustomExecutable>(graph, options, header, not_fused);
+    return general::make_general_executable(graph, options, options_.general, header, not_fused);
   }
 
   // fp16 / bf16 / int8: the tensor-core chain (one kernel) for the models of its family; any other model,

@@ -30,9 +30,19 @@ struct TcChainOptions {
   bool fixed_tiles = false;        // tiles of 16 images at every batch instead of adaptive tiles
 };
 
+// The general fp32 path (engine/custom/general/): every fp32 graph the fused chain does not take.
+struct GeneralOptions {
+  // The general path even for a graph the fused chain takes (tests compare the two on one model).
+  bool over_fused_chain = false;
+  // Every conv2d/dense kernel on this block tile (an index of general::GemmTile) instead of the one
+  // the planner picks per layer and batch; the bits are the same (tests check it).
+  std::optional<int> tile;
+};
+
 struct CustomOptions {
   ImageChainOptions image;
   TcChainOptions tc;
+  GeneralOptions general;
 };
 
 }  // namespace engine::custom

@@ -197,8 +197,9 @@ TEST(CustomConcat, MatchesCpu) {
 }
 
 // Conv branches joined by concat, pooling, scale_shift on channels and features: the per-node kernels
-// run it whether or not fusion is asked for, and the execution path says why it is not fused.
-TEST(CustomScaleShiftConcat, BranchyModelRunsPerNodeAndMatchesCpu) {
+// with fusion off, the general path with it on (the execution path says why the fused chain does not
+// take it).
+TEST(CustomScaleShiftConcat, BranchyModelRunsPerNodeOrGeneralAndMatchesCpu) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   auto model = testing_support::branchy_model({2, 8, 10}, 1200);
   expect_matches_cpu_all_batches(model, 1200);
@@ -206,13 +207,13 @@ TEST(CustomScaleShiftConcat, BranchyModelRunsPerNodeAndMatchesCpu) {
   fuse.max_batch = 8;
   auto exe = engine::BackendRegistry::instance().create("custom")->compile(engine::plan_graph(model), fuse);
   const std::string path = exe->execution_path();
-  EXPECT_NE(path.find("per-node kernels (not fused: node 'ab' (concat) has no fused kernel"), std::string::npos)
-      << path;
-  // The same with fusion on (the default options), against the reference.
+  EXPECT_NE(path.find("general fp32 ("), std::string::npos) << path;
+  EXPECT_NE(path.find("fused chain not taken: node 'ab' (concat) has no fused kernel"), std::string::npos) << path;
+  // The same with fusion on (the default options: fp32 sums), against the reference.
   const auto input = testing_support::random_floats(size_t(160) * 8, 1201);
   const auto c = testing_support::compare_with_cpu(model, "custom", input.data(), 8, 8);
   EXPECT_EQ(c.unwritten, 0u);
-  EXPECT_LE(c.max_rel_error, 1e-5) << c.worst;
+  EXPECT_LE(c.max_rel_error, 2e-4) << c.worst;
 }
 
 }  // namespace
