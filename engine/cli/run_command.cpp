@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "engine/api/backend_choice.hpp"
 #include "engine/api/session.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/labels.hpp"
@@ -97,9 +98,10 @@ std::vector<int> pick_devices(const Backend& backend, const std::optional<std::s
 }
 
 int run_command(const RunOptions& o) {
-  // The backend first: a wrong --backend should fail before seconds of loading.
-  auto backend = pick_backend(o.backend);
-  const std::vector<int> devices = pick_devices(*backend, o.devices);
+  // A named backend first: a wrong --backend should fail before seconds of loading. Without one the
+  // choice depends on the model and precision (api::choose_default_backend): after loading.
+  std::unique_ptr<Backend> backend = o.backend.empty() ? nullptr : pick_backend(o.backend);
+  std::vector<int> devices = backend ? pick_devices(*backend, o.devices) : std::vector<int>{};
 
   const auto load_start = Clock::now();
   auto model = api::load_runnable_model(o.model);
@@ -114,6 +116,13 @@ int run_command(const RunOptions& o) {
   }
   auto labels = data.is_float ? load_labels(data.floats, o.labels) : load_labels(data.images, o.labels);
   const int64_t count = o.limit ? std::min(*o.limit, data.count()) : data.count();
+  if (!backend) {
+    auto chosen = api::choose_default_backend(model, parse_precision(o.precision).value_or(Precision::FP32), o.batch,
+                                              count);
+    backend = std::move(chosen.backend);
+    spdlog::info("backend: {} (chosen: {})", backend->name(), chosen.reason);
+    devices = pick_devices(*backend, o.devices);
+  }
   const double load_seconds = seconds_since(load_start);
   spdlog::info("model {}: {} parameters; {} of {} {} from {}; loaded in {:.3f} s", model->name,
                model->parameter_count(), count, data.count(), data.is_float ? "samples" : "images", data.source(),
