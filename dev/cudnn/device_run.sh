@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# One call on the GPU machine for the cudnn backend's work: the cudnn GPU tests, the default-backend
-# choice, and engine bench against PyTorch (compute scope, CUDA graphs) on LeNet-5, seed002-cnn,
-# seed003-mlp (and the zoo's models when zoo/ is there) at fp32 / fp16 / int8, with a per-layer
-# profile of the int8 path. Binaries come prebuilt in bin.tar.xz (engine, gpu_tests and the host
-# libraries they link), made by dev/cudnn/pack.sh; results go to $OUT.
-#   usage (repository root of this tree): bash dev/cudnn/device_run.sh [tests] [bench] [choice] [profile]
+# One call on the GPU machine for the cudnn backend's work: the cudnn GPU tests, the options A/B
+# (dev/cudnn/options_ab.cpp), the default-backend choice, engine bench against PyTorch (compute
+# scope, CUDA graphs) on LeNet-5, seed002-cnn, seed003-mlp (and the zoo's models when zoo/ is there)
+# at fp32 / fp16 / int8, and a per-layer profile of LeNet-5 in int8 and fp32. Binaries come prebuilt
+# in bin.tar.xz (engine, gpu_tests, options_ab and the host libraries they link), made by
+# dev/cudnn/pack.sh; results go to $OUT.
+#   usage (repository root of this tree): bash dev/cudnn/device_run.sh [tests] [ab] [choice] [bench] [profile]
+#   knobs: TESTS (gtest filter), MODELS, BACKENDS, PRECISIONS, BATCHES, DURATION, REPS, TORCH_MODELS, AB_MODELS
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
-steps=("$@"); ((${#steps[@]})) || steps=(tests choice bench profile)
+steps=("$@"); ((${#steps[@]})) || steps=(tests ab choice bench profile)
 log=$OUT/log.txt
 exec > >(tee -a "$log") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
@@ -47,7 +49,7 @@ for s in "${steps[@]}"; do
       [[ " ${TORCH_MODELS:-$models} " == *" $m "* ]] && timeout 60 python3 benchmarks/bench_torch.py ${src[$m]} --engine $R/e-$n-fp32.json --json $R/t-$n.json 2>&1 | tail -14
       tar czf $OUT/results.tar.gz -C $R .
     done ;;
-  ab) [ -x $B/int8_layout_ab ] && timeout ${AB_TIMEOUT:-40} $B/int8_layout_ab $M/lenet5.json 65536 | cut -c1-400 ;;
+  ab) for m in ${AB_MODELS:-seed003-mlp lenet5}; do timeout ${AB_TIMEOUT:-40} $B/options_ab $M/$m.json 65536 | cut -c1-400; done ;;
   profile)
     $E bench $M/lenet5.json --backend cudnn --precision int8 --batch 65536 --profile --profile-batch 65536 --duration 0.1 --repetitions 1 2>&1 | tail -30
     $E bench $M/lenet5.json --backend cudnn --precision fp32 --batch 65536 --profile --profile-batch 65536 --duration 0.1 --repetitions 1 2>&1 | tail -20 ;;

@@ -1,14 +1,17 @@
-// A/B of the cudnn backend's storage layout per precision (CudnnOptions::layout), the product's
-// default against the others: the median of 20 forward passes of MODEL at BATCH on preprocessed-free
-// device input (uint8 or float, zeros), one executable per variant, and each plan's summary (the
-// int8 convolutions list their tactics' times). Not shipped; built by dev/cudnn/build_ab.sh.
-//   usage: int8_layout_ab CALIBRATED_MODEL.json BATCH
+// A/B of the cudnn backend's choices per precision (int8, fp16, fp32): the storage layout
+// (CudnnOptions::layout) and the dense path (CudnnOptions::dense: cuBLASLt with the fused epilogue or
+// cublasGemmEx), the product's defaults against the others. Each variant is one executable timed
+// over 20 forward passes of MODEL at BATCH from device input (zeros; outputs downloaded), CUDA graph
+// replay on; the default variant's plan summary is printed (int8 convolutions list their tactics'
+// times). Not shipped; built by dev/cudnn/build_ab.sh.
+//   usage: options_ab CALIBRATED_MODEL.json BATCH
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/graph.hpp"
@@ -27,16 +30,27 @@ int main(int argc, char** argv) {
     return std::fprintf(stderr, "cudaMalloc failed\n"), 1;
   std::vector<float> out(size_t(graph.output_elements(0)) * size_t(batch));
   float* outs[] = {out.data()};
-  using L = engine::cudnn::CudnnOptions::Layout;
+  using Options = engine::cudnn::CudnnOptions;
+  struct Variant {
+    const char* name;
+    Options options;
+  };
+  std::vector<Variant> variants = {{"defaults", {}}};
+  for (auto [name, layout] : {std::pair{"layout nchw", Options::Layout::Nchw}, {"layout nhwc", Options::Layout::Nhwc}}) {
+    Options o;
+    o.layout = layout;
+    variants.push_back({name, o});
+  }
+  Options gemm;
+  gemm.dense = Options::Dense::Gemm;
+  variants.push_back({"dense cublasGemmEx", gemm});
   for (auto p : {engine::Precision::INT8, engine::Precision::FP16, engine::Precision::FP32})
-    for (auto layout : {L::Auto, L::Nchw, L::Nhwc}) {
-      engine::cudnn::CudnnOptions o;
-      o.layout = layout;
+    for (const auto& v : variants) {
       engine::CompileOptions c;
       c.max_batch = batch;
       c.precision = p;
       try {
-        auto exe = engine::cudnn::make_cudnn_backend(o)->compile(graph, c);
+        auto exe = engine::cudnn::make_cudnn_backend(v.options)->compile(graph, c);
         exe->use_graph_replay(true);
         std::vector<double> ms;
         for (int i = 0; i < 23; ++i) {
@@ -45,14 +59,13 @@ int main(int argc, char** argv) {
           if (i >= 3) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         }
         std::sort(ms.begin(), ms.end());
-        std::printf("%s layout %s: %.3f ms median, %.2f M images/s (incl. download)\n", engine::precision_name(p),
-                    layout == L::Auto ? "auto" : layout == L::Nchw ? "nchw" : "nhwc", ms[ms.size() / 2],
-                    batch / ms[ms.size() / 2] / 1e3);
-        if (layout == L::Auto) std::printf("%s\n", exe->plan_summary().c_str());
-        std::fflush(stdout);
+        std::printf("%s %s: %.3f ms median, %.2f M images/s (outputs downloaded)\n", engine::precision_name(p), v.name,
+                    ms[ms.size() / 2], batch / ms[ms.size() / 2] / 1e3);
+        if (&v == &variants.front()) std::printf("%s\n", exe->plan_summary().c_str());
       } catch (const std::exception& e) {
-        std::printf("%s layout %d: %s\n", engine::precision_name(p), int(layout), e.what());
+        std::printf("%s %s: %s\n", engine::precision_name(p), v.name, e.what());
       }
+      std::fflush(stdout);
     }
   cudaFree(dev);
   return 0;
