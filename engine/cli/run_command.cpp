@@ -116,17 +116,18 @@ int run_command(const RunOptions& o) {
   }
   auto labels = data.is_float ? load_labels(data.floats, o.labels) : load_labels(data.images, o.labels);
   const int64_t count = o.limit ? std::min(*o.limit, data.count()) : data.count();
-  if (!backend) {
-    auto chosen = api::choose_default_backend(model, parse_precision(o.precision).value_or(Precision::FP32), o.batch,
-                                              count);
-    backend = std::move(chosen.backend);
-    spdlog::info("backend: {} (chosen: {})", backend->name(), chosen.reason);
-    devices = pick_devices(*backend, o.devices);
-  }
   const double load_seconds = seconds_since(load_start);
   spdlog::info("model {}: {} parameters; {} of {} {} from {}; loaded in {:.3f} s", model->name,
                model->parameter_count(), count, data.count(), data.is_float ? "samples" : "images", data.source(),
                load_seconds);
+  if (!backend) {
+    const auto choice_start = Clock::now();
+    auto chosen = api::choose_default_backend(model, parse_precision(o.precision).value_or(Precision::FP32), o.batch,
+                                              count);
+    backend = std::move(chosen.backend);
+    spdlog::info("backend: {} (chosen in {:.3f} s: {})", backend->name(), seconds_since(choice_start), chosen.reason);
+    devices = pick_devices(*backend, o.devices);
+  }
 
   const auto plan_start = Clock::now();
   api::SessionOptions so;
