@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <unistd.h>
+
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/sha256.hpp"
@@ -149,7 +151,7 @@ bool BackendChoiceCache::store(const std::string& key, const std::map<std::strin
   kept.push_back(entry);
   std::error_code ec;
   std::filesystem::create_directories(file_.parent_path(), ec);
-  const std::filesystem::path tmp = file_.string() + fmt::format(".tmp{}", reinterpret_cast<uintptr_t>(&kept));
+  const std::filesystem::path tmp = file_.string() + fmt::format(".tmp{}", long(getpid()));  // one per process
   {
     std::ofstream out(tmp, std::ios::trunc);
     for (const auto& line : kept) out << line << '\n';
