@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/api/backend_choice.hpp"
 #include "engine/core/multi_device.hpp"
 #include "engine/core/registry.hpp"
 #include "formats/model_loader.hpp"
@@ -46,15 +47,25 @@ std::shared_ptr<const formats::Model> load_runnable_model(const std::string& pat
 }
 
 Session::Session(const std::string& model_path, const SessionOptions& options) : options_(options) {
-  backend_ = open_backend(options.backend);  // before the model: a wrong name fails first
+  if (!options.backend.empty()) backend_ = open_backend(options.backend);  // before the model: a wrong name fails first
   model_ = load_runnable_model(model_path);
+  choose_backend_if_unnamed();
   compile();
 }
 
 Session::Session(std::unique_ptr<Backend> backend, std::shared_ptr<const formats::Model> model,
                  const SessionOptions& options)
     : options_(options), backend_(std::move(backend)), model_(std::move(model)) {
+  choose_backend_if_unnamed();
   compile();
+}
+
+// Several GPUs: the choice is measured on the current one (the GPUs of one host are alike).
+void Session::choose_backend_if_unnamed() {
+  if (backend_) return;
+  auto chosen = choose_default_backend(model_, options_.precision, options_.max_batch);
+  backend_ = std::move(chosen.backend);
+  backend_choice_ = std::move(chosen.reason);
 }
 
 void Session::compile() {

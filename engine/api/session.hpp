@@ -18,7 +18,9 @@
 namespace engine::api {
 
 struct SessionOptions {
-  std::string backend;           // "" = the best available one, as `engine run` without --backend
+  // "" = the fastest GPU backend for the model and precision where one can run it, else the best
+  // available host backend, as `engine run` without --backend (engine/api/backend_choice.hpp).
+  std::string backend;
   std::optional<int> max_batch;  // largest batch one device call runs; default: the backend's preferred batch
   Precision precision = Precision::FP32;
   bool deterministic = true;
@@ -63,7 +65,7 @@ class Session {
   // message: unknown or unavailable backend, missing or invalid model files.
   Session(const std::string& model_path, const SessionOptions& options);
   // From a backend and a model the caller already has (open_backend, load_runnable_model):
-  // plans and compiles. options.backend is not read.
+  // plans and compiles. options.backend is not read; a null backend is chosen as for "".
   Session(std::unique_ptr<Backend> backend, std::shared_ptr<const formats::Model> model,
           const SessionOptions& options);
 
@@ -71,6 +73,8 @@ class Session {
   const Graph& graph() const { return graph_; }
   const Backend& backend() const { return *backend_; }
   const SessionOptions& options() const { return options_; }
+  // Why the backend was chosen when the caller named none ("" when named).
+  const std::string& backend_choice() const { return backend_choice_; }
   int max_batch() const { return exe_->max_batch(); }
   int64_t classes() const { return graph_.output_elements(0); }
   // Bytes of one raw sample in the model's input dtype and raw_shape.
@@ -92,11 +96,13 @@ class Session {
   RunStats run_device(const void* device_input, int64_t count, float* first_output, const RunHooks& hooks = {});
 
  private:
+  void choose_backend_if_unnamed();
   void compile();
   RunStats run_loop(const void* input, int64_t count, float* first_output, bool on_device, const RunHooks& hooks);
 
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
+  std::string backend_choice_;
   std::shared_ptr<const formats::Model> model_;
   Graph graph_;
   std::unique_ptr<Executable> exe_;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "engine/api/backend_choice.hpp"
 #include "engine/api/session.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/labels.hpp"
@@ -97,9 +98,10 @@ std::vector<int> pick_devices(const Backend& backend, const std::optional<std::s
 }
 
 int run_command(const RunOptions& o) {
-  // The backend first: a wrong --backend should fail before seconds of loading.
-  auto backend = pick_backend(o.backend);
-  const std::vector<int> devices = pick_devices(*backend, o.devices);
+  // A named backend first: a wrong --backend should fail before seconds of loading. Without one the
+  // choice depends on the model and precision (api::choose_default_backend): after loading.
+  std::unique_ptr<Backend> backend = o.backend.empty() ? nullptr : pick_backend(o.backend);
+  std::vector<int> devices = backend ? pick_devices(*backend, o.devices) : std::vector<int>{};
 
   const auto load_start = Clock::now();
   auto model = api::load_runnable_model(o.model);
@@ -118,6 +120,14 @@ int run_command(const RunOptions& o) {
   spdlog::info("model {}: {} parameters; {} of {} {} from {}; loaded in {:.3f} s", model->name,
                model->parameter_count(), count, data.count(), data.is_float ? "samples" : "images", data.source(),
                load_seconds);
+  if (!backend) {
+    const auto choice_start = Clock::now();
+    auto chosen = api::choose_default_backend(model, parse_precision(o.precision).value_or(Precision::FP32), o.batch,
+                                              count);
+    backend = std::move(chosen.backend);
+    spdlog::info("backend: {} (chosen in {:.3f} s: {})", backend->name(), seconds_since(choice_start), chosen.reason);
+    devices = pick_devices(*backend, o.devices);
+  }
 
   const auto plan_start = Clock::now();
   api::SessionOptions so;

@@ -44,6 +44,7 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   BuildContext ctx;
   ctx.cudnn = cudnn_;
   ctx.cublas = cublas_;
+  ctx.cublas_lt = cublas_lt_;
   ctx.options = options_;
   ctx.cudnn_options = cudnn_options_;
   ctx.max_batch = max_batch_;
@@ -56,7 +57,7 @@ CudnnExecutable::CudnnExecutable(const Graph& graph, const CompileOptions& optio
   size_t workspace = 0;
   for (const auto& step : steps_) workspace = std::max(workspace, step->workspace_bytes());
   workspace_ = gpu::DeviceBuffer<unsigned char>(workspace, "cuDNN convolution workspace");
-  run_ctx_ = RunContext{cudnn_, cublas_, workspace_.data(), workspace_.bytes(), stream()};
+  run_ctx_ = RunContext{cudnn_, cublas_, cublas_lt_, workspace_.data(), workspace_.bytes(), stream()};
   choose_tactics();
 
   const Precision p = options_.precision;
@@ -97,8 +98,8 @@ bool CudnnExecutable::blocks_overlap(int value_a, int value_b) const {
   return a0 < b1 && b0 < a1;
 }
 
-// conv → relu fusion needs a block the convolution can write the relu's value to while it reads its
-// own input. Two candidates:
+// conv → relu and dense → relu fusion (called "conv" below) needs a block the convolution can write
+// the relu's value to while it reads its own input. Two candidates:
 //  1. the relu's own block, when it does not overlap the convolution's input (the planner may have
 //     given the relu the input's block, which dies at the convolution);
 //  2. the convolution's block (which never overlaps its input), when it stays unused until the relu's
@@ -137,20 +138,20 @@ void* CudnnExecutable::fused_relu_destination(size_t i) {
   void* block = nullptr;
   if (conv_block_free) {
     block = value_ptr(conv.output);
-    fusion_notes_.push_back(fmt::format("relu '{}' lives in conv '{}''s block (its own overlaps the conv's input)",
+    fusion_notes_.push_back(fmt::format("relu '{}' lives in '{}''s block (its own overlaps that node's input)",
                                         relu.node->name, conv.node->name));
   } else {
     // 3. a block of its own, allocated here (compile time): the fusion saves a pass over the tensor
     // for the price of one more [max_batch, elements] buffer.
     const Value& r = graph_.value(relu.output);
     private_blocks_.emplace_back(size_t(r.elements) * size_t(max_batch_) * storage_.bytes(),
-                                 fmt::format("block of relu '{}' (fused into conv '{}')", relu.node->name,
+                                 fmt::format("block of relu '{}' (fused into '{}')", relu.node->name,
                                              conv.node->name));
     block = private_blocks_.back().data();
     // NaN, as the arena: an element the fused convolution does not write shows in the output.
     CUDA_CHECK_CTX(cudaMemsetAsync(block, 0xFF, private_blocks_.back().bytes(), stream()), node_label(*conv.node));
     fusion_notes_.push_back(fmt::format("relu '{}' lives in a block of its own, {} (its arena block overlaps "
-                                        "conv '{}''s input, the conv's block is reused before its last read)",
+                                        "'{}''s input, whose own block is reused before its last read)",
                                         relu.node->name, format_bytes(private_blocks_.back().bytes()),
                                         conv.node->name));
   }
@@ -242,9 +243,17 @@ void CudnnExecutable::build_steps(const BuildContext& ctx) {
         break;
       case OpType::Flatten:
         break;  // an alias: it shares its source's storage (value_ptr_ follows a moved source)
-      case OpType::Dense:
-        steps_.push_back(make_dense_step(ctx, node, graph_.value(graph_.storage_root(planned.inputs.at(0))).shape, x, y));
+      case OpType::Dense: {
+        const formats::Node* fused = nullptr;
+        if (void* destination = fused_relu_destination(i)) {
+          fused = nodes[i + 1].node;
+          y = destination;
+          done[i + 1] = true;
+        }
+        steps_.push_back(make_dense_step(ctx, node, graph_.value(graph_.storage_root(planned.inputs.at(0))).shape, x, y,
+                                         fused));
         break;
+      }
       case OpType::Softmax:
         steps_.push_back(make_softmax_step(ctx, node, in0.elements, x, y));
         break;

@@ -1,6 +1,6 @@
 #pragma once
 // The compiled form of a Graph for the cudnn backend: handles bound to the executable's stream, one
-// Step per node (conv + following relu fused), one convolution workspace sized for the largest layer
+// Step per node (conv or dense + following relu fused), one convolution workspace sized for the largest layer
 // and every batch size, a fixed cuBLAS workspace. forward(n) only re-describes tensors when n changes
 // (host-only) and enqueues library calls.
 #include <memory>
@@ -41,6 +41,7 @@ class CudnnExecutable final : public gpu::GpuExecutable {
   CudnnHandle cudnn_;
   gpu::DeviceBuffer<unsigned char> cublas_workspace_;  // declared first: outlives the handle using it
   CublasHandle cublas_;
+  CublasLtHandle cublas_lt_;  // dense layers (GEMM + bias/relu epilogue)
   Storage storage_;
   std::string storage_note_;       // why the layout is not the precision's usual one, if so
   std::vector<void*> value_ptr_;  // per value id: its arena block, or the block it was moved to

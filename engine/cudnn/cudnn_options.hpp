@@ -25,6 +25,12 @@ struct CudnnOptions {
   // kept; the others fix it (compile fails where a convolution lacks that tactic).
   enum class Int8Conv { Fastest, Cudnn, Gemm, GemmT };
   Int8Conv int8_conv = Int8Conv::Fastest;
+
+  // Dense layers (dense.cpp). CublasLt: cublasLtMatmul with the bias and a following relu in its
+  // epilogue, one algorithm for every batch size (cublasGemmEx where cuBLASLt offers none); Gemm:
+  // cublasGemmEx + cudnnAddTensor + the relu's own pass, cuBLAS's heuristic choice per call.
+  enum class Dense { CublasLt, Gemm };
+  Dense dense = Dense::CublasLt;
 };
 
 // The tactic's name as Step::tactic_name spells it ("cudnn", "gemm", "gemm_t"); "" for Fastest.

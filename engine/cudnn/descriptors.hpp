@@ -1,6 +1,7 @@
 #pragma once
 // RAII owners for the cuDNN / cuBLAS handles and descriptors of one executable. Created at compile
 // time, destroyed with the executable; none is created or destroyed by a run.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cudnn.h>
 
@@ -47,20 +48,25 @@ using ActivationDesc =
     Owned<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor, cudnnDestroyActivationDescriptor>;
 using OpTensorDesc = Owned<cudnnOpTensorDescriptor_t, cudnnCreateOpTensorDescriptor, cudnnDestroyOpTensorDescriptor>;
 
-class CublasHandle {
+// A cuBLAS or cuBLASLt handle of one executable (cuBLASLt: dense layers, GEMM with the bias and relu
+// in its epilogue; cuBLAS: int8's integer GEMMs).
+template <typename T, cublasStatus_t (*Create)(T*), cublasStatus_t (*Destroy)(T)>
+class CublasOwned {
  public:
-  CublasHandle() { CUBLAS_CHECK_CTX(cublasCreate(&handle_), std::string("creating the cuBLAS handle")); }
-  ~CublasHandle() {
-    if (handle_) cublasDestroy(handle_);
+  CublasOwned() { CUBLAS_CHECK_CTX(Create(&handle_), std::string("creating a cuBLAS handle")); }
+  ~CublasOwned() {
+    if (handle_) Destroy(handle_);
   }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  cublasHandle_t get() const { return handle_; }
-  operator cublasHandle_t() const { return handle_; }  // NOLINT
+  CublasOwned(const CublasOwned&) = delete;
+  CublasOwned& operator=(const CublasOwned&) = delete;
+  T get() const { return handle_; }
+  operator T() const { return handle_; }  // NOLINT
 
  private:
-  cublasHandle_t handle_ = nullptr;
+  T handle_ = nullptr;
 };
+using CublasHandle = CublasOwned<cublasHandle_t, cublasCreate_v2, cublasDestroy_v2>;
+using CublasLtHandle = CublasOwned<cublasLtHandle_t, cublasLtCreate, cublasLtDestroy>;
 
 // How an executable stores activations and parameters: the element type (fp32, or fp16 / bf16 for
 // --precision fp16 / bf16) and the layout of [n, c, h, w] values (NCHW, or NHWC, where cuDNN's

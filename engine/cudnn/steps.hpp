@@ -3,6 +3,7 @@
 // its descriptors, uploads its parameters, chooses its algorithm and reports the workspace it needs.
 // At run time it only updates host-side descriptors when the batch size changes (set_batch) and
 // enqueues library calls on the executable's stream (enqueue): no allocation, no synchronisation.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -24,6 +25,7 @@ namespace engine::cudnn {
 struct BuildContext {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublas_lt = nullptr;
   CompileOptions options;
   CudnnOptions cudnn_options;  // the backend's own choices (layout, space-to-depth, int8 tactic)
   int max_batch = 1;
@@ -36,6 +38,7 @@ struct BuildContext {
 struct RunContext {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublas_lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;  // the handles' stream, for the few plain CUDA copies (concat)
@@ -143,9 +146,11 @@ std::unique_ptr<Step> make_space_to_depth_conv_step(const BuildContext& ctx, con
                                                     const std::string& activation_name);
 std::unique_ptr<Step> make_pool_step(const BuildContext& ctx, const formats::Node& node, const Shape& input_shape,
                                      const void* x, void* y);
-// stored_shape: the input as it is stored ([C, H, W] when a flatten of it feeds the layer).
+// stored_shape: the input as it is stored ([C, H, W] when a flatten of it feeds the layer). With
+// fused_relu set, the step also computes that following relu (in the GEMM's epilogue) and `y` is its
+// block.
 std::unique_ptr<Step> make_dense_step(const BuildContext& ctx, const formats::Node& node, const Shape& stored_shape,
-                                      const void* x, void* y);
+                                      const void* x, void* y, const formats::Node* fused_relu);
 std::unique_ptr<Step> make_activation_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,
                                            const void* x, void* y);
 std::unique_ptr<Step> make_softmax_step(const BuildContext& ctx, const formats::Node& node, int64_t elements,

@@ -11,9 +11,10 @@ namespace cudnn_test {
 inline constexpr double kFp32Tolerance = 1e-5;
 // Ops that sum K products (conv2d, dense, and what follows them): fp32 accumulation, whatever its order,
 // leaves errors of about sqrt(K) * 2^-24 * |terms| where the CPU's double sum leaves none: up to about
-// 2e-5 by this measure over 1000-sample batches (K = 25..1000). 5e-5 keeps a 2x margin and still
-// fails TF32 (10-bit mantissa inputs: errors of order 1e-3) and any indexing bug (order 1).
-inline constexpr double kFp32ReductionTolerance = 5e-5;
+// 5.1e-5 by this measure over 1000-sample batches (K = 25..1000; the largest from cuBLASLt's kernel for a
+// 1000 -> 37 dense layer on an H200). 1e-4 keeps a 2x margin and still fails TF32 (10-bit mantissa
+// inputs: errors of order 1e-3) and any indexing bug (order 1).
+inline constexpr double kFp32ReductionTolerance = 1e-4;
 
 using gpu_test::BatchCase;
 using gpu_test::batch_cases;
