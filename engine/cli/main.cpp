@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--epochs", train.epochs, "Passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
   train_cmd->add_option("--batch", train.batch, "Samples per step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  train_cmd->add_option("--optimizer", train.optimizer, "sgd or adam (torch.optim definitions)")
+  train_cmd->add_option("--optimizer", train.optimizer, "adam or sgd (torch.optim definitions)")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
   train_cmd->add_option("--lr", train.lr, "Learning rate (default 0.01 for sgd, 0.001 for adam)")->check(CLI::PositiveNumber);
@@ -165,6 +165,13 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--limit", train.limit, "Train on the first N samples of --data only")->check(CLI::PositiveNumber);
   train_cmd->add_option("-o,--output", train.output, "Trained model to write (OUT.json + OUT.safetensors)")->required();
+  train_cmd->add_option("--resume", train.resume,
+                        "Continue from a checkpoint (OUT.checkpoints/epoch-NNN.json): its parameters, optimiser state and "
+                        "step; with the same options and data, the result is the uninterrupted run's, bit for bit");
+  train_cmd->add_option("--progress-every", train.progress_seconds,
+                        "When stderr is not a terminal: a progress line every S seconds (a terminal gets a bar)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   train_cmd->add_flag("--no-shuffle", train.no_shuffle, "Keep the data's order (comparisons with other frameworks)");
   train_cmd->add_flag("--no-checkpoints", train.no_checkpoints, "Write no per-epoch checkpoint (OUT.checkpoints/)");
   train_cmd->add_flag("--no-plot", train.no_plot, "Write the curve as CSV/JSON only, no PNG");
