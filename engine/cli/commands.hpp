@@ -18,12 +18,12 @@ namespace engine::cli {
 
 struct RunOptions {
   std::string model;
-  std::string data;
+  std::vector<std::string> data;  // data files and folders of images, classified in this order
   std::string labels;        // empty: look for MNIST-named labels beside the data
   std::string backend;       // empty: the best available
   std::optional<int> batch;  // none: the backend's preferred batch (256 on a CPU, 65536 on a GPU)
   std::optional<int64_t> limit;
-  std::string output;        // "index class probability" lines
+  std::string output;        // "index class value" lines (several files: "file index class value")
   std::string dump_outputs;  // first output as float32 .npy
   bool json = false;
   std::string precision = "fp32";

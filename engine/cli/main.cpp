@@ -55,14 +55,16 @@ int main(int argc, char** argv) {
   run_cmd->add_option("MODEL", run.model, "Model graph file (format v1 .json)")->required();
   run_cmd
       ->add_option("DATA", run.data,
-                   "IDX images (raw or .gz) or one PNG/JPEG/PGM image; IDX float32 samples for a float32-input model")
+                   "IDX images (raw or .gz), PNG/JPEG/PGM images, folders of them; IDX float32 samples for a "
+                   "float32-input model. Several: classified in order, each file's results attributed to it")
       ->required();
   run_cmd->add_option("--labels", run.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
   run_cmd->add_option("--backend", run.backend, "Backend: " + backend_names() + " (default: best available)");
   run_cmd->add_option("--batch", run.batch, "Images per batch (default: the backend's, 256 on a CPU, 65536 on a GPU)")
       ->check(CLI::Range(1, 1 << 20));
   run_cmd->add_option("--limit", run.limit, "Classify only the first N images")->check(CLI::PositiveNumber);
-  run_cmd->add_option("--output", run.output, "Write 'index class probability' lines to FILE");
+  run_cmd->add_option("--output", run.output, "Write every prediction to FILE: 'index class value' lines (several data files: 'file index class "
+                  "value'); the value is the class's probability, score or logit, as the model outputs");
   run_cmd->add_flag("--json", run.json, "Print a JSON summary on stdout instead of the text report");
   run_cmd->add_option("--dump-outputs", run.dump_outputs, "Write the first output [N, K] as float32 .npy");
   run_cmd->add_option("--precision", run.precision,
