@@ -18,12 +18,12 @@ namespace engine::cli {
 
 struct RunOptions {
   std::string model;
-  std::string data;
+  std::vector<std::string> data;  // data files and folders of images, classified in this order
   std::string labels;        // empty: look for MNIST-named labels beside the data
   std::string backend;       // empty: the best available
   std::optional<int> batch;  // none: the backend's preferred batch (256 on a CPU, 65536 on a GPU)
   std::optional<int64_t> limit;
-  std::string output;        // "index class probability" lines
+  std::string output;        // "index class value" lines (several files: "file index class value")
   std::string dump_outputs;  // first output as float32 .npy
   bool json = false;
   std::string precision = "fp32";
@@ -54,7 +54,7 @@ struct TrainCommandOptions {
   int64_t val_split = 0;   // hold out the last N training samples as the validation set (0: off)
   int epochs = 1;
   int batch = 32;
-  std::string optimizer = "sgd";
+  std::string optimizer = "adam";  // torch.optim.Adam's defaults: what a new user expects to learn
   std::optional<double> lr;  // none: 0.01 for SGD, 0.001 for Adam
   double lr_decay = 0, momentum = 0, weight_decay = 0;
   std::string lr_schedule = "inverse-time";  // or "cosine" (over the run's steps)
@@ -70,6 +70,8 @@ struct TrainCommandOptions {
   int64_t steps = 0;       // stop after this many steps in all (0: run every epoch)
   int64_t limit = 0;       // train on the first N samples only (0: all)
   std::string output;      // OUT.json
+  std::string resume;      // a checkpoint (OUT.checkpoints/epoch-NNN.json) to continue from; empty: none
+  double progress_seconds = 10;  // stderr not a terminal: a progress line this often
   bool no_shuffle = false, no_checkpoints = false, no_plot = false;
 };
 

@@ -55,14 +55,16 @@ int main(int argc, char** argv) {
   run_cmd->add_option("MODEL", run.model, "Model graph file (format v1 .json)")->required();
   run_cmd
       ->add_option("DATA", run.data,
-                   "IDX images (raw or .gz) or one PNG/JPEG/PGM image; IDX float32 samples for a float32-input model")
+                   "IDX images (raw or .gz), PNG/JPEG/PGM images, folders of them; IDX float32 samples for a "
+                   "float32-input model. Several: classified in order, each file's results attributed to it")
       ->required();
   run_cmd->add_option("--labels", run.labels, "IDX labels (default: the MNIST-named file beside DATA, if any)");
   run_cmd->add_option("--backend", run.backend, "Backend: " + backend_names() + " (default: best available)");
   run_cmd->add_option("--batch", run.batch, "Images per batch (default: the backend's, 256 on a CPU, 65536 on a GPU)")
       ->check(CLI::Range(1, 1 << 20));
   run_cmd->add_option("--limit", run.limit, "Classify only the first N images")->check(CLI::PositiveNumber);
-  run_cmd->add_option("--output", run.output, "Write 'index class probability' lines to FILE");
+  run_cmd->add_option("--output", run.output, "Write every prediction to FILE: 'index class value' lines (several data files: 'file index class "
+                  "value'); the value is the class's probability, score or logit, as the model outputs");
   run_cmd->add_flag("--json", run.json, "Print a JSON summary on stdout instead of the text report");
   run_cmd->add_option("--dump-outputs", run.dump_outputs, "Write the first output [N, K] as float32 .npy");
   run_cmd->add_option("--precision", run.precision,
@@ -129,7 +131,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--epochs", train.epochs, "Passes over the training set")->check(CLI::Range(1, 100000))->capture_default_str();
   train_cmd->add_option("--batch", train.batch, "Samples per step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  train_cmd->add_option("--optimizer", train.optimizer, "sgd or adam (torch.optim definitions)")
+  train_cmd->add_option("--optimizer", train.optimizer, "adam or sgd (torch.optim definitions)")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
   train_cmd->add_option("--lr", train.lr, "Learning rate (default 0.01 for sgd, 0.001 for adam)")->check(CLI::PositiveNumber);
@@ -165,6 +167,13 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   train_cmd->add_option("--limit", train.limit, "Train on the first N samples of --data only")->check(CLI::PositiveNumber);
   train_cmd->add_option("-o,--output", train.output, "Trained model to write (OUT.json + OUT.safetensors)")->required();
+  train_cmd->add_option("--resume", train.resume,
+                        "Continue from a checkpoint (OUT.checkpoints/epoch-NNN.json): its parameters, optimiser state and "
+                        "step; with the same options and data, the result is the uninterrupted run's, bit for bit");
+  train_cmd->add_option("--progress-every", train.progress_seconds,
+                        "When stderr is not a terminal: a progress line every S seconds (a terminal gets a bar)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   train_cmd->add_flag("--no-shuffle", train.no_shuffle, "Keep the data's order (comparisons with other frameworks)");
   train_cmd->add_flag("--no-checkpoints", train.no_checkpoints, "Write no per-epoch checkpoint (OUT.checkpoints/)");
   train_cmd->add_flag("--no-plot", train.no_plot, "Write the curve as CSV/JSON only, no PNG");

@@ -7,7 +7,21 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <unistd.h>
+
 namespace engine::cli {
+
+void check_output_path(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw std::invalid_argument(option + " " + path + ": is a folder, not a file name");
+  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (!fs::is_directory(parent, ec))
+    throw std::invalid_argument(option + " " + path + ": the folder " + parent.string() + " does not exist");
+  if (::access(parent.c_str(), W_OK) != 0)
+    throw std::invalid_argument(option + " " + path + ": the folder " + parent.string() + " is not writable: " +
+                                std::strerror(errno));
+}
 
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
   const std::string tmp = path + ".tmp";
@@ -17,7 +31,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
   };
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot open for writing: " + std::strerror(errno));
+    if (!out) throw std::runtime_error(path + ": cannot write (through " + tmp + "): " + std::strerror(errno));
     try {
       write(out);
     } catch (...) {
@@ -28,7 +42,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     out.close();
     if (!out) {
       discard();
-      throw std::runtime_error(tmp + ": write failed (disk full?)");
+      throw std::runtime_error(path + ": write failed (disk full?)");
     }
   }
   std::error_code ec;

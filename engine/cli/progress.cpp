@@ -1,5 +1,6 @@
 #include "engine/cli/progress.hpp"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,14 +8,25 @@
 
 namespace engine::cli {
 
-ProgressBar::ProgressBar(int64_t total, bool wanted)
-    : total_(total), enabled_(wanted && total > 0 && isatty(STDERR_FILENO) == 1) {}
+ProgressBar::ProgressBar(int64_t total, bool wanted, double line_seconds, std::string what)
+    : total_(total),
+      bar_(wanted && total > 0 && isatty(STDERR_FILENO) == 1),
+      line_seconds_(wanted && total > 0 && !bar_ ? line_seconds : 0),
+      what_(std::move(what)),
+      last_draw_(std::chrono::steady_clock::now()) {}
 
 ProgressBar::~ProgressBar() { finish(); }
 
 void ProgressBar::update(int64_t done, const std::string& suffix) {
-  if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
+  if (line_seconds_ > 0) {
+    // The last update is the caller's own summary line's to report.
+    if (done >= total_ || now - last_draw_ < std::chrono::duration<double>(line_seconds_)) return;
+    last_draw_ = now;
+    spdlog::info("{}{}{}/{} images{}", what_, what_.empty() ? "" : ": ", done, total_, suffix);
+    return;
+  }
+  if (!bar_) return;
   // Redrawing ten times a second is smooth enough and costs nothing next to the work measured.
   if (drawn_ && done < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;

@@ -11,15 +11,13 @@
 #include "engine/api/backend_choice.hpp"
 #include "engine/api/session.hpp"
 #include "engine/cli/commands.hpp"
-#include "engine/cli/labels.hpp"
 #include "engine/cli/output_files.hpp"
 #include "engine/cli/progress.hpp"
+#include "engine/cli/run_inputs.hpp"
 #include "engine/cli/run_report.hpp"
 #include "engine/core/graph.hpp"
 #include "engine/core/multi_device.hpp"
 #include "formats/error.hpp"
-#include "formats/idx.hpp"
-#include "formats/image.hpp"
 
 namespace engine::cli {
 namespace {
@@ -36,50 +34,29 @@ std::unique_ptr<Backend> pick_backend(const std::string& name) {
   return backend;
 }
 
-// The data file in the model's input dtype: uint8 images for a uint8 input (IDX, PNG, JPEG, PGM),
-// float32 samples for a float32 input (IDX float32 only: the only float32 data file read).
-struct InputData {
-  formats::ImageBatch images;
-  formats::FloatBatch floats;
-  bool is_float = false;
-  const std::string& source() const { return is_float ? floats.source : images.source; }
-  int64_t count() const { return is_float ? floats.count : images.count; }
-  size_t sample_bytes() const {
-    return is_float ? floats.values.size() / size_t(floats.count) * sizeof(float)
-                    : size_t(images.channels) * size_t(images.height) * size_t(images.width);
-  }
-  const uint8_t* bytes() const {
-    return is_float ? reinterpret_cast<const uint8_t*>(floats.values.data()) : images.pixels.data();
-  }
-};
-
-void check_floats_fit(const formats::Model& model, const formats::FloatBatch& floats) {
-  const auto& in = model.input;
-  if (floats.sample_shape != in.raw_shape)
-    throw formats::FormatError(floats.source, fmt::format("samples are {} but model '{}' expects float32 {}",
-                                                          formats::shape_to_string(floats.sample_shape), model.name,
-                                                          formats::shape_to_string(in.raw_shape)));
-}
-
-void check_images_fit(const formats::Model& model, const formats::ImageBatch& images) {
-  const auto& in = model.input;
-  const formats::Shape have{images.channels, images.height, images.width};
-  if (have != in.raw_shape)
-    throw formats::FormatError(images.source,
-                               fmt::format("images are {}x{}x{} (CxHxW) but model '{}' expects {}x{}x{}", images.channels,
-                                           images.height, images.width, model.name, in.raw_shape[0], in.raw_shape[1],
-                                           in.raw_shape[2]));
-  if (images.count < 1) throw formats::FormatError(images.source, "holds no images");
+// What the first output holds, named as the report and --output name it: a softmax's are
+// probabilities, a sigmoid's independent scores in (0, 1), anything else unnormalised logits.
+std::string output_kind(const formats::Model& model) {
+  for (const formats::Node& node : model.nodes)
+    if (node.name == model.outputs.at(0))
+      return node.op == formats::OpType::Softmax ? "probability" : node.op == formats::OpType::Sigmoid ? "score" : "logit";
+  return "logit";  // the input itself, unchanged
 }
 
 void write_predictions(const std::string& path, const RunResult& r) {
   write_file_atomically(path, [&](std::ostream& out) {
-    for (int64_t i = 0; i < r.images; ++i) {
-      const int k = r.predicted[size_t(i)];
-      out << fmt::format("{} {} {:.9g}\n", i, k, r.first_output[size_t(i * r.classes + k)]);
-    }
+    // One file: "index class value"; several: "file index class value", the index within the file.
+    for (const RunFile& f : r.files)
+      for (int64_t i = f.first; i < std::min(f.first + f.count, r.images); ++i) {
+        const int k = r.predicted[size_t(i)];
+        const float v = r.first_output[size_t(i * r.classes + k)];
+        if (r.files.size() == 1)
+          out << fmt::format("{} {} {:.9g}\n", i, k, v);
+        else
+          out << fmt::format("{} {} {} {:.9g}\n", f.path, i - f.first, k, v);
+      }
   });
-  spdlog::info("wrote {} predictions to {}", r.images, path);
+  spdlog::info("wrote {} predictions (index, class, {}) to {}", r.images, r.output_kind, path);
 }
 
 }  // namespace
@@ -98,6 +75,9 @@ std::vector<int> pick_devices(const Backend& backend, const std::optional<std::s
 }
 
 int run_command(const RunOptions& o) {
+  // Where the results go is checked before anything runs: an hour of work is not lost to a typo.
+  if (!o.output.empty()) check_output_path("--output", o.output);
+  if (!o.dump_outputs.empty()) check_output_path("--dump-outputs", o.dump_outputs);
   // A named backend first: a wrong --backend should fail before seconds of loading. Without one the
   // choice depends on the model and precision (api::choose_default_backend): after loading.
   std::unique_ptr<Backend> backend = o.backend.empty() ? nullptr : pick_backend(o.backend);
@@ -105,20 +85,11 @@ int run_command(const RunOptions& o) {
 
   const auto load_start = Clock::now();
   auto model = api::load_runnable_model(o.model);
-  InputData data;
-  data.is_float = model->input.dtype == formats::InputDType::Float32;
-  if (data.is_float) {
-    data.floats = formats::read_idx_floats(o.data);
-    check_floats_fit(*model, data.floats);
-  } else {
-    data.images = formats::read_images(o.data);
-    check_images_fit(*model, data.images);
-  }
-  auto labels = data.is_float ? load_labels(data.floats, o.labels) : load_labels(data.images, o.labels);
-  const int64_t count = o.limit ? std::min(*o.limit, data.count()) : data.count();
+  const RunInputs data = read_run_inputs(*model, o.data, o.labels);
+  const int64_t count = o.limit ? std::min(*o.limit, data.count) : data.count;
   const double load_seconds = seconds_since(load_start);
   spdlog::info("model {}: {} parameters; {} of {} {} from {}; loaded in {:.3f} s", model->name,
-               model->parameter_count(), count, data.count(), data.is_float ? "samples" : "images", data.source(),
+               model->parameter_count(), count, data.count, data.is_float ? "samples" : "images", data.describe(),
                load_seconds);
   if (!backend) {
     const auto choice_start = Clock::now();
@@ -168,7 +139,10 @@ int run_command(const RunOptions& o) {
   r.path = session.execution_path();
   r.model_name = model->name;
   r.model_path = o.model;
-  r.data_path = data.source();
+  r.data_path = data.describe();
+  r.output_kind = output_kind(*model);
+  for (const InputFile& f : data.files)
+    if (f.first < count) r.files.push_back({f.path, f.first, std::min(f.count, count - f.first), 0});
   r.class_names = model->labels;
   r.images = count;
   r.classes = session.classes();
@@ -177,13 +151,14 @@ int run_command(const RunOptions& o) {
   r.deterministic = so.deterministic;
   r.load_seconds = load_seconds;
   r.plan_seconds = plan_seconds;
-  if (labels) {
-    r.labels_path = labels->path;
-    r.labels.assign(labels->values.begin(), labels->values.begin() + count);
-    for (int64_t i = 0; i < count; ++i)
-      if (r.labels[size_t(i)] >= r.classes)
-        throw formats::FormatError(labels->path, fmt::format("label {} of image {} is not one of the model's {} classes",
-                                                             int(r.labels[size_t(i)]), i, r.classes));
+  if (!data.labels.empty()) {
+    r.labels_path = data.files.size() == 1 ? *data.files[0].labels_path : "beside each data file";
+    r.labels.assign(data.labels.begin(), data.labels.begin() + count);
+    for (const InputFile& f : data.files)
+      for (int64_t i = f.first; i < std::min(f.first + f.count, count); ++i)
+        if (r.labels[size_t(i)] >= r.classes)
+          throw formats::FormatError(*f.labels_path, fmt::format("label {} of image {} is not one of the model's {} classes",
+                                                                 int(r.labels[size_t(i)]), i - f.first, r.classes));
   }
 
   // Every buffer is sized before the clock starts: the loop measures classification only.
@@ -192,7 +167,7 @@ int run_command(const RunOptions& o) {
   r.predicted.assign(size_t(count), 0);
   ProgressBar progress(count, (count + batch - 1) / batch > 1);
   // The images go to the device straight from where they were read (page-locked once, here).
-  if (session.pin_input(data.bytes(), size_t(count) * data.sample_bytes()))
+  if (session.pin_input(data.bytes.data(), size_t(count) * data.sample_bytes))
     spdlog::debug("input images page-locked for direct uploads");
 
   api::RunHooks hooks;
@@ -211,7 +186,7 @@ int run_command(const RunOptions& o) {
     spdlog::warn("CUDA graph replay failed ({}); running plain launches", e.what());
   };
   const auto run_start = Clock::now();
-  const api::RunStats stats = session.run(data.bytes(), count, r.first_output.data(), hooks);
+  const api::RunStats stats = session.run(data.bytes.data(), count, r.first_output.data(), hooks);
   r.seconds = seconds_since(run_start);
   progress.finish();
   r.device_ms = stats.device_ms;
@@ -223,6 +198,8 @@ int run_command(const RunOptions& o) {
       ++r.confusion[size_t(truth * K + guess)];
       r.correct += truth == guess;
     }
+    for (RunFile& f : r.files)
+      for (int64_t i = f.first; i < f.first + f.count; ++i) f.correct += r.labels[size_t(i)] == r.predicted[size_t(i)];
   }
 
   if (!o.output.empty()) write_predictions(o.output, r);

@@ -9,11 +9,20 @@
 
 namespace engine::cli {
 
+// One data file's share of the run (several files or a folder: each attributed its results).
+struct RunFile {
+  std::string path;
+  int64_t first = 0, count = 0;  // its images within the run
+  int64_t correct = 0;           // with labels
+};
+
 struct RunResult {
   std::string backend, device;
   std::vector<int> devices;  // --devices: the GPUs the images were split across; empty: not given
   std::string path;  // the backend's execution path (fused or per-node), empty when it has one
   std::string model_name, model_path, data_path, labels_path;  // labels_path empty: no labels
+  std::vector<RunFile> files;                                   // in the order classified
+  std::string output_kind = "probability";  // what the first output holds: probability, score or logit
   std::vector<std::string> class_names;                         // the model's labels, may be empty
   int64_t images = 0, classes = 0;
   int batch = 0;

@@ -18,6 +18,7 @@
 
 #include "engine/cli/commands.hpp"
 #include "engine/cli/progress.hpp"
+#include "engine/cli/train_checkpoint.hpp"
 #include "engine/cli/train_curve.hpp"
 #include "engine/cli/train_data.hpp"
 #include "engine/core/graph.hpp"
@@ -79,6 +80,25 @@ std::string output_base(const std::string& output) {
   return (p.parent_path() / p.stem()).string();
 }
 
+std::string count_of(int64_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
+
+// --resume: the checkpoint's parameters into `model`, node by node, after checking that it is a
+// checkpoint of this architecture.
+void take_parameters(formats::Model& model, const formats::Model& from, const std::string& checkpoint) {
+  for (formats::Node& node : model.nodes) {
+    const auto other = std::find_if(from.nodes.begin(), from.nodes.end(), [&](const formats::Node& n) { return n.name == node.name; });
+    for (auto* t : {&node.weight, &node.bias}) {
+      if (!t->has_value()) continue;
+      const auto* theirs = other == from.nodes.end() ? nullptr : (t == &node.weight ? &other->weight : &other->bias);
+      if (!theirs || !theirs->has_value() || (*theirs)->shape != (*t)->shape)
+        throw formats::FormatError(checkpoint, fmt::format("is not a checkpoint of model '{}': no {} {} for node '{}'",
+                                                           model.name, formats::shape_to_string((*t)->shape),
+                                                           t == &node.weight ? "weight" : "bias", node.name));
+      (*t)->values = (*theirs)->values;
+    }
+  }
+}
+
 struct Pass {
   double loss_sum = 0;
   int64_t correct = 0, count = 0;
@@ -123,12 +143,28 @@ int train_command(const TrainCommandOptions& o) {
   if (o.val_split > 0 && !o.val.empty()) throw std::invalid_argument("--val-split and --val both name a validation set: give one");
   if (o.early_stopping > 0 && o.val.empty() && o.val_split == 0)
     throw std::invalid_argument("--early-stopping watches the validation loss: give --val IMAGES or --val-split N");
+  if (!o.resume.empty() && o.early_stopping > 0)
+    throw std::invalid_argument("--resume continues from a checkpoint's parameters; early stopping's best epoch before "
+                                "it is not kept: give one of --resume and --early-stopping");
+  if (!o.resume.empty() && o.init) throw std::invalid_argument("--resume takes the checkpoint's parameters; --init would discard them");
   OptimizerOptions opt = optimizer_options(o);  // the cosine schedule's length is set below
   const std::string base = output_base(o.output);
   auto backend = pick_training_backend(o.backend);
 
   formats::Model model = formats::load_model(o.model);
-  const bool init = o.init || !model.has_weights;
+  std::optional<Checkpoint> resume;
+  if (!o.resume.empty()) {
+    resume = read_checkpoint(o.resume);
+    if (resume->run.optimizer != o.optimizer)
+      throw std::invalid_argument(fmt::format("--resume {}: its optimiser state is {}'s, but this run's --optimizer is {}",
+                                              o.resume, resume->run.optimizer, o.optimizer));
+    if (resume->run.epoch >= o.epochs)
+      throw std::invalid_argument(fmt::format("--resume {}: the checkpoint has done {} already; --epochs {} leaves "
+                                              "nothing to train", o.resume, count_of(resume->run.epoch, "epoch"), o.epochs));
+    take_parameters(model, resume->model, o.resume);
+    model.has_weights = true;
+  }
+  const bool init = !resume && (o.init || !model.has_weights);
   if (init) {
     const bool keras = o.init_scheme == "keras";
     train::init_parameters(model, o.seed, keras ? train::InitScheme::Keras : train::InitScheme::Torch);
@@ -190,6 +226,10 @@ int train_command(const TrainCommandOptions& o) {
     augmenter.emplace(augment, in[0], in[1], in[2], train_set.sample_bytes / size_t(in[0] * in[1] * in[2]), o.seed);
   }
   if (!o.val.empty()) val_set = load_labelled_set(model, classes, o.val, o.val_labels, "validation set");
+  if (resume && resume->run.samples != train_set.count)
+    throw std::invalid_argument(fmt::format("--resume {}: the checkpoint's run trained on {} per epoch, this one has {}: "
+                                            "not the same training set", o.resume, count_of(resume->run.samples, "sample"),
+                                            train_set.count));
   spdlog::info("training set: {} samples from {} (labels {}){}", train_set.count, train_set.source, train_set.labels_path,
                val_set ? fmt::format("; validation set: {} samples from {}", val_set->count, val_set->source) : "");
 
@@ -199,12 +239,19 @@ int train_command(const TrainCommandOptions& o) {
   topts.optimizer = opt;
   topts.devices = pick_devices(*backend, o.devices);
   auto trainer = backend->compile_training(graph, topts);
+  if (resume) {
+    trainer->write_optimizer_state(resume->state);
+    spdlog::info("resuming from {}: epoch {} done, {} taken", o.resume, resume->run.epoch, count_of(resume->state.steps, "step"));
+    if (resume->run.seed != o.seed || resume->run.batch != topts.max_batch)
+      spdlog::warn("--resume {}: trained with seed {} and batch {}, this run has seed {} and batch {}: it continues, but "
+                   "not as the uninterrupted run would", o.resume, resume->run.seed, resume->run.batch, o.seed, topts.max_batch);
+  }
   if (topts.devices.size() > 1)
     spdlog::info("data parallel on {} GPUs: each batch of {} split into shards of about {}", topts.devices.size(),
                  topts.max_batch, (topts.max_batch + int(topts.devices.size()) - 1) / int(topts.devices.size()));
   spdlog::debug("plan: {}", trainer->plan_summary());
-  spdlog::info("{} parameters; {} epochs of {} steps (batch {}), {} lr {}{}{}{}{}{}", trainer->parameter_count(), o.epochs,
-               steps_per_epoch, topts.max_batch, opt.kind == OptimizerKind::Adam ? "Adam" : "SGD", opt.lr,
+  spdlog::info("{} parameters; {} of {} (batch {}), {} lr {}{}{}{}{}{}", trainer->parameter_count(), count_of(o.epochs, "epoch"),
+               count_of(steps_per_epoch, "step"), topts.max_batch, opt.kind == OptimizerKind::Adam ? "Adam" : "SGD", opt.lr,
                opt.lr_decay != 0 ? fmt::format(" decay {}", opt.lr_decay) : "",
                opt.schedule == LrSchedule::Cosine
                    ? fmt::format(" cosine over {} steps{}", opt.cosine_steps,
@@ -230,11 +277,25 @@ int train_command(const TrainCommandOptions& o) {
                {"batch", topts.max_batch},  {"epochs", o.epochs},
                {"seed", o.seed},            {"shuffle", !o.no_shuffle},
                {"initialised", init ? nlohmann::ordered_json(o.init_scheme) : nlohmann::ordered_json(false)},       {"threads", o.threads},
-               {"steps", o.steps},          {"limit", o.limit}};
+               {"steps", o.steps},          {"limit", o.limit},
+               {"resumed_from", resume ? nlohmann::ordered_json(o.resume) : nlohmann::ordered_json()}};
 
   // The order of samples: one SplitMix64 stream for the whole run, a Fisher-Yates shuffle per epoch.
   train::SplitMix64 rng(train::shuffle_stream(o.seed));
   std::vector<int64_t> order(size_t(train_set.count));
+  const int first_epoch = resume ? resume->run.epoch + 1 : 1;
+  curve.best_epoch = first_epoch - 1;  // a resumed run that takes no step keeps the checkpoint's
+  if (resume) {
+    // The random streams as the uninterrupted run leaves them after those epochs: each epoch drew
+    // one shuffle and, augmenting, each sample's draws (their number does not depend on the pixels).
+    std::vector<uint8_t> sample(train_set.sample_bytes);
+    for (int epoch = 1; epoch < first_epoch; ++epoch) {
+      std::iota(order.begin(), order.end(), 0);
+      if (!o.no_shuffle) train::shuffle(order, rng);
+      if (augmenter)
+        for (int64_t i = 0; i < train_set.count; ++i) augmenter->apply(sample.data());
+    }
+  }
   const int batch = topts.max_batch;
   // Two batch buffers: while the trainer steps on one, a second thread gathers (and augments) the
   // next into the other. Batches are still filled one after another in the loop's order, so the
@@ -263,11 +324,11 @@ int train_command(const TrainCommandOptions& o) {
   int since_best = 0;
 
   bool out_of_steps = false;
-  for (int epoch = 1; epoch <= o.epochs && !out_of_steps; ++epoch) {
+  for (int epoch = first_epoch; epoch <= o.epochs && !out_of_steps; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     if (!o.no_shuffle) train::shuffle(order, rng);
     Pass pass;
-    ProgressBar progress(train_set.count, true);
+    ProgressBar progress(train_set.count, true, o.progress_seconds, fmt::format("epoch {}/{}", epoch, o.epochs));
     const auto start = Clock::now();
     int slot = 0, n = 0;
     for (int64_t first = 0; first < train_set.count; first += batch) {
@@ -323,7 +384,10 @@ int train_command(const TrainCommandOptions& o) {
                  rec.seconds, rec.images_per_second);
 
     const formats::Model current = with_parameters(model, *trainer, scratch);
-    if (!o.no_checkpoints) formats::write_model(fmt::format("{}/epoch-{:03d}.json", checkpoints, epoch), source_json, current);
+    if (!o.no_checkpoints)
+      write_checkpoint(fmt::format("{}/epoch-{:03d}.json", checkpoints, epoch), source_json, current,
+                       trainer->read_optimizer_state(),
+                       {epoch, o.optimizer, o.seed, topts.max_batch, train_set.count});
 
     // Early stopping (Keras' EarlyStopping(monitor='val_loss', restore_best_weights=True)): the best
     // epoch is the one of lowest validation loss; stop after `patience` epochs without a new best.
@@ -334,7 +398,7 @@ int train_command(const TrainCommandOptions& o) {
         curve.best_epoch = epoch;
         since_best = 0;
       } else if (++since_best >= o.early_stopping) {
-        spdlog::info("early stopping: no lower validation loss for {} epochs; keeping epoch {}", since_best,
+        spdlog::info("early stopping: no lower validation loss for {}; keeping epoch {}", count_of(since_best, "epoch"),
                      curve.best_epoch);
         break;
       }
@@ -352,7 +416,7 @@ int train_command(const TrainCommandOptions& o) {
       o.optimizer, opt.lr,
       opt.lr_decay != 0 ? fmt::format(" decay {}", opt.lr_decay)
                         : (opt.schedule == LrSchedule::Cosine ? std::string(" cosine") : std::string()),
-      batch, curve.best_epoch, curve.epochs.size(), o.seed);
+      batch, curve.best_epoch, curve.epochs.empty() ? first_epoch - 1 : curve.epochs.back().epoch, o.seed);
   out_json["description"] = out_json.contains("description") ? out_json["description"].get<std::string>() + "; " + how : how;
   formats::write_model(o.output, out_json, trained);
   spdlog::info("wrote {} (epoch {})", o.output, curve.best_epoch);

@@ -40,4 +40,11 @@ void check_trainable(const Graph& graph) {
                     graph.model->name));
 }
 
+void check_optimizer_state(const OptimizerState& state, int64_t count, const std::string& who) {
+  if (state.steps < 0) throw std::invalid_argument(fmt::format("{}: optimiser state with {} steps", who, state.steps));
+  if (int64_t(state.first.size()) != count || int64_t(state.second.size()) != count)
+    throw std::invalid_argument(fmt::format("{}: optimiser state of {} and {} floats for {} parameters", who,
+                                            state.first.size(), state.second.size(), count));
+}
+
 }  // namespace engine

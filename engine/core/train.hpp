@@ -34,6 +34,15 @@ struct TrainOptions {
   std::vector<int> devices;
 };
 
+// What a checkpoint needs besides the parameters to continue training exactly where it stopped:
+// the steps taken (the learning rate's t, Adam's bias correction) and the optimiser's two buffers,
+// parameter_count() floats each, laid out as parameters() says: SGD's momentum buffer or Adam's m,
+// and Adam's v. A buffer the optimiser does not keep (SGD: the second; no momentum: both) is zeros.
+struct OptimizerState {
+  int64_t steps = 0;
+  std::vector<float> first, second;
+};
+
 // What one batch gave: the loss summed over its samples (the step minimised loss_sum / n) and how
 // many samples the logits' argmax (first maximum) classified as their label.
 struct BatchResult {
@@ -59,6 +68,10 @@ std::vector<ParameterInfo> parameter_layout(const Graph& graph);
 // softmax node (the loss needs the logits), or the model has no parameter at all.
 void check_trainable(const Graph& graph);
 
+// Throws std::invalid_argument, naming `who`, unless both buffers of `state` hold `count` floats
+// and its step count is not negative (write_optimizer_state's check, shared by every trainer).
+void check_optimizer_state(const OptimizerState& state, int64_t count, const std::string& who);
+
 class TrainExecutable {
  public:
   virtual ~TrainExecutable() = default;
@@ -76,6 +89,11 @@ class TrainExecutable {
   virtual void read_parameters(std::span<float> out) const = 0;
   // Replaces every parameter (optimiser state and step count are kept: this is not a restart).
   virtual void write_parameters(std::span<const float> in) = 0;
+  // The optimiser's state, rounded to float32 (checkpoints), and its replacement (--resume): a
+  // float32 trainer given back what it read continues bit for bit as if never stopped.
+  virtual OptimizerState read_optimizer_state() const = 0;
+  // Throws std::invalid_argument when a buffer's size is not parameter_count(); nothing changes then.
+  virtual void write_optimizer_state(const OptimizerState& state) = 0;
   virtual std::string plan_summary() const { return {}; }
 
   const std::vector<ParameterInfo>& parameters() const { return parameters_; }

@@ -139,6 +139,23 @@ class HostTrainer final : public TrainExecutable {
     for (size_t i = 0; i < params_.size(); ++i) params_[i] = T(in[i]);
   }
 
+  OptimizerState read_optimizer_state() const override {
+    OptimizerState s;
+    s.steps = t_;
+    s.first.assign(params_.size(), 0.0f);
+    s.second.assign(params_.size(), 0.0f);
+    for (size_t i = 0; i < state1_.size(); ++i) s.first[i] = float(state1_[i]);
+    for (size_t i = 0; i < state2_.size(); ++i) s.second[i] = float(state2_[i]);
+    return s;
+  }
+
+  void write_optimizer_state(const OptimizerState& s) override {
+    check_optimizer_state(s, parameter_count(), backend_);
+    for (size_t i = 0; i < state1_.size(); ++i) state1_[i] = T(s.first[i]);
+    for (size_t i = 0; i < state2_.size(); ++i) state2_[i] = T(s.second[i]);
+    t_ = s.steps;
+  }
+
  private:
   struct Step {
     OpType op = OpType::Relu;

@@ -108,7 +108,7 @@ TEST_F(EngineCli, UnknownCommandAndOptionAreNamed) {
             "error: unknown option '--verbsoe' (did you mean '--verbose'?) (see engine info --help)"},
            {{"backends", "--frobnicate"}, "error: unknown option '--frobnicate' (see engine backends --help)"},
            {{"--bogus"}, "error: unknown option '--bogus' (see engine --help)"},
-           {{"run", "m.json", "d.idx", "extra"}, "error: unexpected argument 'extra' (see engine run --help)"},
+           {{"info", "m.json", "extra"}, "error: unexpected argument 'extra' (see engine info --help)"},
        }) {
     const EngineResult r = engine(c.args);
     std::string joined;
@@ -319,13 +319,121 @@ TEST_F(EngineCli, OutputAndDumpFilesAreCompleteAndNoTmpIsLeft) {
   EXPECT_NEAR(row0[0] + row0[1] + row0[2], 1.0f, 1e-6f);
 }
 
-TEST_F(EngineCli, FailedOutputLeavesNothingBehind) {
+// Output paths are checked before anything is loaded or classified; the error names the path given.
+TEST_F(EngineCli, BadOutputPathIsRefusedBeforeAnyWork) {
   write_tiny_dataset();
-  const std::string out = dir_ + "/no/such/folder/pred.txt";
-  const EngineResult r = engine({"run", model_, images_, "--backend", "cpu", "--output", out});
-  EXPECT_EQ(r.exit_code, 1);
-  expect_one_line_error(r, "pred.txt.tmp");
-  EXPECT_FALSE(fs::exists(out));
+  struct Case {
+    std::string option, path, fragment;
+  };
+  fs::create_directories(dir_ + "/taken");
+  for (const Case& c : std::vector<Case>{{"--output", dir_ + "/no/such/folder/pred.txt", "no/such/folder does not exist"},
+                                         {"--dump-outputs", dir_ + "/no/out.npy", "/no does not exist"},
+                                         {"--output", dir_ + "/taken", "is a folder, not a file name"}}) {
+    const EngineResult r = engine({"run", model_, images_, "--backend", "cpu", c.option, c.path});
+    EXPECT_EQ(r.exit_code, 1) << c.path;
+    EXPECT_EQ(r.err, "error: " + c.option + " " + c.path + ": " + r.err.substr(r.err.find(": ", 7) + 2)) << r.err;
+    EXPECT_NE(r.err.find(c.fragment), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(".tmp"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("using backend"), std::string::npos) << "the check comes before any work: " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/no"));
+}
+
+// What the report calls the outputs follows the model's last op: softmax probabilities, sigmoid
+// scores, otherwise logits (never "probability" for a negative number).
+TEST_F(EngineCli, OutputColumnIsNamedByWhatTheModelOutputs) {
+  write_tiny_dataset();
+  const std::string one = dir_ + "/one.pgm";
+  const auto pixels = cli_test::tiny_images(1);
+  cli_test::write_pgm(one, pixels.data(), 4, 4);
+  const std::string plain = dir_ + "/plain.idx";  // no labels beside it
+  cli_test::write_idx_images(plain, cli_test::tiny_images(5), 5, 4, 4);
+  for (const auto& [last, kind, plural] : std::vector<std::array<std::string, 3>>{
+           {"softmax", "probability", "probabilities"}, {"sigmoid", "score", "scores"}, {"", "logit", "logits"}}) {
+    const std::string model = cli_test::write_tiny_model(dir_, false, last);
+    const EngineResult text = engine({"run", model, one, "--backend", "cpu"});
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_NE(text.out.find("class     0 (zero)   " + kind + " "), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("\n" + plural + "\n"), std::string::npos) << text.out;
+    const EngineResult json = engine({"run", model, one, "--backend", "cpu", "--json"});
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    const auto j = nlohmann::json::parse(json.out);
+    EXPECT_EQ(j["output"], kind);
+    ASSERT_TRUE(j.contains(plural)) << json.out;
+    EXPECT_FLOAT_EQ(j[plural][0].get<float>(), kind == "logit" ? 10.0f : kind == "score" ? 0.9999546f : 0.9999092f);
+    const EngineResult many = engine({"run", model, plain, "--backend", "cpu"});  // no labels: predictions
+    EXPECT_NE(many.out.find("  image  class"), std::string::npos) << many.out;
+    EXPECT_NE(many.out.find(" " + kind + "\n  0      0 (zero)  "), std::string::npos) << many.out;
+    if (kind != "probability") EXPECT_EQ(many.out.find("probabilit"), std::string::npos) << many.out;
+  }
+}
+
+// Without labels, several images still show their predictions: the first ten and the histogram of
+// classes; --output holds every one.
+TEST_F(EngineCli, UnlabelledImagesShowPredictions) {
+  model_ = cli_test::write_tiny_model(dir_);
+  const std::string data = dir_ + "/unlabelled.idx";
+  cli_test::write_idx_images(data, cli_test::tiny_images(12), 12, 4, 4);
+  const std::string out = dir_ + "/pred.txt";
+  const EngineResult r = engine({"run", model_, data, "--backend", "cpu", "--output", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("predictions (first 10 of 12; all with --output FILE)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  9      0 (zero)     0.999909\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("  10  "), std::string::npos) << r.out;
+  for (const char* row : {"0 (zero)       4  33.33%", "1 (one)        4  33.33%", "2 (two)        4  33.33%"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << r.out;
+  EXPECT_EQ(count_lines(read_text(out)), 12u);
+}
+
+// Several data files and a folder of images in one call: classified in order, each file's results
+// attributed to it in the report, --json and --output.
+TEST_F(EngineCli, SeveralFilesAndAFolderOfImages) {
+  write_tiny_dataset();  // 5 labelled images, 4 correct
+  const std::string second = dir_ + "/more-images-idx3-ubyte", second_labels = dir_ + "/more-labels-idx1-ubyte";
+  cli_test::write_idx_images(second, cli_test::tiny_images(4), 4, 4, 4);
+  cli_test::write_idx_labels(second_labels, {0, 0, 0, 0});  // images 1 and 2 are wrong
+  const std::string folder = dir_ + "/folder";
+  fs::create_directories(folder);
+  const auto pixels = cli_test::tiny_images(3);
+  for (int i = 0; i < 3; ++i)  // named so that name order is 2, 1, 0
+    cli_test::write_pgm(folder + "/img" + std::to_string(2 - i) + ".pgm", pixels.data() + i * 16, 4, 4);
+  std::ofstream(folder + "/notes.txt") << "not an image";
+
+  const std::string out = dir_ + "/pred.txt";
+  const EngineResult both = engine({"run", model_, images_, second, "--backend", "cpu", "--json", "--output", out});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const auto j = nlohmann::json::parse(both.out);
+  EXPECT_EQ(j["images"], 9);
+  EXPECT_EQ(j["correct"], 6);
+  ASSERT_EQ(j["files"].size(), 2u);
+  EXPECT_EQ(j["files"][0]["path"], images_);
+  EXPECT_EQ(j["files"][0]["correct"], 4);
+  EXPECT_EQ(j["files"][1]["first"], 5);
+  EXPECT_EQ(j["files"][1]["correct"], 2);
+  const std::string lines = read_text(out);
+  EXPECT_EQ(count_lines(lines), 9u);
+  EXPECT_NE(lines.find(images_ + " 4 1 "), std::string::npos) << lines;
+  EXPECT_NE(lines.find(second + " 3 0 "), std::string::npos) << lines;
+
+  const EngineResult text = engine({"run", model_, images_, second, "--backend", "cpu"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("accuracy  66.67% (6 of 9 correct)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("tiny-images-idx3-ubyte       5    80.00%"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("more-images-idx3-ubyte       4    50.00%"), std::string::npos) << text.out;
+
+  const EngineResult dir = engine({"run", model_, folder, "--backend", "cpu", "--output", out});
+  ASSERT_EQ(dir.exit_code, 0) << dir.err;
+  EXPECT_EQ(read_text(out).substr(0, folder.size() + 13), folder + "/img0.pgm 0 2") << read_text(out);
+  EXPECT_NE(dir.out.find(folder + "/img2.pgm:0  0 (zero)"), std::string::npos) << dir.out;
+
+  const std::string empty = dir_ + "/empty";
+  fs::create_directories(empty);
+  const EngineResult none = engine({"run", model_, empty, "--backend", "cpu"});
+  EXPECT_EQ(none.exit_code, 1);
+  expect_one_line_error(none, "is a folder with no image file in it");
+  const EngineResult labels = engine({"run", model_, images_, second, "--labels", labels_, "--backend", "cpu"});
+  EXPECT_EQ(labels.exit_code, 1);
+  expect_one_line_error(labels, "--labels goes with one data file; 2 are given");
 }
 
 TEST_F(EngineCli, LimitAndPartialLastBatch) {

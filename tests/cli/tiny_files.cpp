@@ -30,7 +30,7 @@ void put_floats_le(std::vector<uint8_t>& b, const std::vector<float>& values) {
 
 }  // namespace
 
-std::string write_tiny_model(const std::string& dir, bool float_input) {
+std::string write_tiny_model(const std::string& dir, bool float_input, const std::string& last) {
   std::vector<float> weight(3 * 16, 0.0f), bias{0.0f, 0.0f, 0.0f};
   for (int k = 0; k < 3; ++k) weight[k * 16 + k] = 10.0f;
 
@@ -65,10 +65,11 @@ std::string write_tiny_model(const std::string& dir, bool float_input) {
        {"inputs", {"f"}},
        {"attrs", {{"units", 3}}},
        {"tensors", {{"weight", "d.weight"}, {"bias", "d.bias"}}}},
-      {{"name", "prob"}, {"op", "softmax"}, {"inputs", {"d"}}},
   });
-  graph["outputs"] = {"prob"};
-  const std::string path = dir + (float_input ? "/tiny-float.json" : "/tiny.json");
+  if (!last.empty()) graph["nodes"].push_back({{"name", "prob"}, {"op", last}, {"inputs", {"d"}}});
+  graph["outputs"] = {last.empty() ? "d" : "prob"};
+  const std::string suffix = last == "softmax" ? "" : "-" + (last.empty() ? std::string("logits") : last);
+  const std::string path = dir + (float_input ? "/tiny-float" : "/tiny") + suffix + ".json";
   const std::string text = graph.dump(2);
   write_bytes(path, std::vector<uint8_t>(text.begin(), text.end()));
   return path;

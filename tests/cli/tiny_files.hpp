@@ -11,7 +11,9 @@ namespace cli_test {
 // layer copies pixels 0, 1 and 2 (times 10) to the three logits, so an image whose only bright
 // pixel is pixel k is classified as k. Returns the graph file's path. With `float_input`:
 // "tiny-float", the same layers on a float32 [16] input (already preprocessed: 1.0 is bright).
-std::string write_tiny_model(const std::string& dir, bool float_input = false);
+// `last`: the op after the dense layer ("softmax", "sigmoid"), or "" for none (the logits are the
+// output); each variant gets its own file name.
+std::string write_tiny_model(const std::string& dir, bool float_input = false, const std::string& last = "softmax");
 
 // Image i has pixel (i % 3) at 255 and the rest 0: the tiny model classifies it as i % 3.
 std::vector<uint8_t> tiny_images(int count, int height = 4, int width = 4);

@@ -238,6 +238,68 @@ def test_a_batch_larger_than_memory_is_a_clear_error(tmp_path):
     assert "use a smaller --batch" in proc.stderr
 
 
+def test_defaults_are_adam_and_learn_in_one_epoch(tmp_path, digits):
+    img, val = digits
+    out = tmp_path / "m.json"
+    proc = train(MLP, img, out, "--val", val, "--epochs", 1)
+    run = json.loads((tmp_path / "m.curve.json").read_text())["run"]
+    assert (run["optimizer"], run["lr"]) == ("adam", 0.001)
+    assert "1 epoch of 19 steps" in proc.stderr and "1 epochs" not in proc.stderr
+    epoch = json.loads((tmp_path / "m.curve.json").read_text())["epochs"][0]
+    assert epoch["val_accuracy"] > 0.5  # chance is 0.1; the data is learnable in one epoch
+
+
+def test_progress_lines_without_a_terminal(tmp_path, digits):
+    img, _ = digits
+    proc = train(MLP, img, tmp_path / "m.json", "--no-checkpoints", "--progress-every", "1e-6")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("info: epoch 1/1: ") and "/600 images" in ln]
+    assert len(lines) >= 2, proc.stderr
+    assert "\r" not in proc.stderr
+    quiet = train(MLP, img, tmp_path / "q.json", "--no-checkpoints")  # the default: every 10 s, none in this run
+    assert "/600 images" not in quiet.stderr
+
+
+@pytest.mark.parametrize("optimizer", [["--optimizer", "adam"], ["--optimizer", "sgd", "--momentum", "0.9"]])
+def test_resume_equals_the_uninterrupted_run_bit_for_bit(tmp_path, digits, optimizer):
+    img, val = digits
+    common = ["--epochs", 3, "--augment", "shift=2", "--seed", 5, "--val", val, *optimizer]
+    whole, resumed = tmp_path / "whole.json", tmp_path / "resumed.json"
+    train(MLP, img, whole, *common)
+    ckpt = tmp_path / "whole.checkpoints" / "epoch-001.json"
+    assert (tmp_path / "whole.checkpoints" / "epoch-001.optimizer.safetensors").exists()
+    proc = train(MLP, img, resumed, *common, "--resume", ckpt)
+    assert "resuming from" in proc.stderr and "epoch 1/3" not in proc.stderr
+    assert sha(whole.with_suffix(".safetensors")) == sha(resumed.with_suffix(".safetensors"))
+    for name in ("epoch-003.safetensors", "epoch-003.optimizer.safetensors"):
+        assert sha(tmp_path / "whole.checkpoints" / name) == sha(tmp_path / "resumed.checkpoints" / name)
+    curve = json.loads((tmp_path / "resumed.curve.json").read_text())
+    assert [e["epoch"] for e in curve["epochs"]] == [2, 3]
+    # A checkpoint is itself a model engine run accepts.
+    run_engine("run", ckpt, val, "--backend", "cpu")
+
+
+def test_resume_refuses_what_cannot_continue(tmp_path, digits):
+    img, _ = digits
+    first = tmp_path / "a.json"
+    train(MLP, img, first, "--epochs", 1)
+    ckpt = tmp_path / "a.checkpoints" / "epoch-001.json"
+    cases = [
+        (["--epochs", 2, "--optimizer", "sgd", "--resume", ckpt], "its optimiser state is adam's"),
+        (["--epochs", 1, "--resume", ckpt], "the checkpoint has done 1 epoch already; --epochs 1"),
+        (["--epochs", 2, "--limit", 300, "--resume", ckpt], "trained on 600 samples per epoch, this one has 300"),
+        (["--epochs", 2, "--resume", first], "no optimiser state beside it"),
+        (["--epochs", 2, "--resume", tmp_path / "none.json"], "none.json"),
+    ]
+    for args, message in cases:
+        proc = train(MLP, img, tmp_path / "b.json", *args, check=False)
+        assert proc.returncode == 1, args
+        assert message in proc.stderr, (args, proc.stderr)
+        assert not (tmp_path / "b.json").exists()
+    other = REPO / "models" / "architectures" / "lenet5.json"
+    proc = train(other, img, tmp_path / "b.json", "--epochs", 2, "--resume", ckpt, check=False)
+    assert proc.returncode == 1 and "is not a checkpoint of model" in proc.stderr
+
+
 @pytest.mark.parametrize("args,message", [
     # Every built-in backend trains now (custom and cudnn on a GPU): a backend that does not exist is
     # refused by name, before anything is written.

@@ -109,6 +109,11 @@ class DataParallelTrainer final : public TrainExecutable {
   void write_parameters(std::span<const float> in) override {
     for (auto& r : replicas_) r->write_parameters(in);
   }
+  // Every replica takes the same optimiser step, so replica 0's state is every replica's.
+  OptimizerState read_optimizer_state() const override { return replicas_[0]->read_optimizer_state(); }
+  void write_optimizer_state(const OptimizerState& state) override {
+    for (auto& r : replicas_) r->write_optimizer_state(state);
+  }
 
  private:
   size_t input_sample_bytes() const { return replicas_[0]->input_sample_bytes(); }

@@ -358,6 +358,29 @@ void DeviceTrainer::write_parameters(std::span<const float> in) {
   CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
+OptimizerState DeviceTrainer::read_optimizer_state() const {
+  gpu::DeviceGuard guard(device_);
+  OptimizerState s;
+  s.steps = t_;
+  s.first.assign(size_t(parameter_count()), 0.0f);
+  s.second.assign(size_t(parameter_count()), 0.0f);
+  CUDA_CHECK(cudaMemcpyAsync(s.first.data(), state1_.data(), state1_.bytes(), cudaMemcpyDeviceToHost, stream_.get()));
+  if (state2_.size())
+    CUDA_CHECK(cudaMemcpyAsync(s.second.data(), state2_.data(), state2_.bytes(), cudaMemcpyDeviceToHost, stream_.get()));
+  CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  return s;
+}
+
+void DeviceTrainer::write_optimizer_state(const OptimizerState& s) {
+  gpu::DeviceGuard guard(device_);
+  check_optimizer_state(s, parameter_count(), backend_);
+  CUDA_CHECK(cudaMemcpyAsync(state1_.data(), s.first.data(), state1_.bytes(), cudaMemcpyHostToDevice, stream_.get()));
+  if (state2_.size())
+    CUDA_CHECK(cudaMemcpyAsync(state2_.data(), s.second.data(), state2_.bytes(), cudaMemcpyHostToDevice, stream_.get()));
+  CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  t_ = s.steps;
+}
+
 void DeviceTrainer::poison_buffers() {
   gpu::DeviceGuard guard(device_);
   cudaStream_t s = stream_.get();

@@ -38,6 +38,8 @@ class DeviceTrainer : public TrainExecutable {
   BatchResult evaluate(const void* input, const uint8_t* labels, int n) override;
   void read_parameters(std::span<float> out) const override;
   void write_parameters(std::span<const float> in) override;
+  OptimizerState read_optimizer_state() const override;
+  void write_optimizer_state(const OptimizerState& state) override;
 
   // Beyond the interface (tests, benchmarks):
   // A step on n samples already in this GPU's memory (raw input as step() takes it, labels as
