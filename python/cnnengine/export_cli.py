@@ -9,8 +9,11 @@ import argparse
 import pathlib
 import sys
 
-from . import export
-from .export_args import add_common_args, input_spec_from_args, labels_from_arg
+import numpy as np
+
+from . import datasets, preprocessing
+from . import export_core as export
+from .export_args import PreprocessingMissing, add_common_args, input_spec_from_args, labels_from_arg
 from .model_format import ModelFormatError, read_model
 
 
@@ -90,7 +93,51 @@ def _add_torch(sub) -> None:
     p.set_defaults(load=_torch_source)
 
 
-def main(argv=None) -> int:
+def pick_preset(args, like, log=print):
+    """Loads the source under each preset that fits its channels and keeps the one whose outputs
+    match --check-labels best on --check-data (the source framework's own outputs score it)."""
+    images = datasets.read_idx(args.check_data)[:args.check_count]
+    labels = datasets.read_idx(args.check_labels)[:len(images)].astype(np.int64)
+    if len(labels) != len(images):
+        raise export.ExportError(f"--check-labels {args.check_labels} holds {len(labels)} labels for "
+                                 f"{len(images)} images")
+    scores, best = {}, None
+    for name in preprocessing.PRESETS:
+        args.preset = name
+        try:
+            graph, tensors, source = args.load(args, like)
+        except export.ExportError:
+            continue  # e.g. imagenet's three channels for a one-channel model
+        batch = images.reshape((len(images),) + tuple(graph["input"]["shape"]))
+        run = source if source is not None else _graph_runner(graph, tensors)
+        scores[name] = preprocessing.accuracy(run(batch), labels)
+        if best is None or scores[name] > scores[best[0]]:
+            best = (name, (graph, tensors, source))
+    if best is None:
+        raise export.ExportError("no preset fits the model's input channels; pass --scale/--mean/--std")
+    args.preset = best[0]
+    others = ", ".join(f"{k} {v:.1%}" for k, v in scores.items() if k != best[0])
+    log(f"preprocessing: picked preset {best[0]} ({preprocessing.PRESETS[best[0]].formula}), "
+        f"{scores[best[0]]:.1%} on {len(labels)} labelled images of {args.check_data} ({others})")
+    return best[1]
+
+
+def _graph_runner(graph, tensors):
+    import torch
+
+    from .model_format import Model, to_torch
+    module = to_torch(Model(graph=graph, tensors=tensors, path=None)).eval()
+
+    def run(batch):
+        with torch.no_grad():
+            out = module(torch.from_numpy(np.ascontiguousarray(batch)))
+        return (out[0] if isinstance(out, tuple) else out).numpy()
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; the Python API (cnnengine.export) parses through it too, so both take the
+    same options with the same defaults."""
     parser = argparse.ArgumentParser(prog="cnnengine-export", description="Export a trained model to format v1 "
                                      "(formats/model-format-v1.md) and check it numerically.")
     sub = parser.add_subparsers(dest="kind", required=True, metavar="SOURCE-KIND")
@@ -98,12 +145,26 @@ def main(argv=None) -> int:
     from . import keras_import, onnx_import  # importers add their own subcommands
     keras_import.register(sub)
     onnx_import.register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         import torch
         torch.set_num_threads(min(torch.get_num_threads(), 2))
         like = read_model(args.like) if args.like else None
-        graph, tensors, source = args.load(args, like)
+        if args.check_labels and not args.check_data:
+            raise export.ExportError("--check-labels needs --check-data: the images the labels belong to")
+        try:
+            graph, tensors, source = args.load(args, like)
+        except PreprocessingMissing:
+            if not args.check_labels:
+                raise
+            graph, tensors, source = pick_preset(args, like)
+        if graph["input"]["dtype"] == "uint8":
+            print(f"preprocessing: {preprocessing.describe(graph['input']['preprocess'])}")
         # A subcommand may bring its own checked write (it names the source framework in the report).
         model, report = getattr(args, "export_checked", export.export_checked)(
             args.output, graph, tensors, source,

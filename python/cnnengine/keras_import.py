@@ -35,7 +35,7 @@ import zipfile
 import numpy as np
 
 from . import import_common as ic
-from .export import graph_object
+from .export_core import graph_object
 from .export_args import add_common_args
 from .import_common import ImportFailure
 from .importers import keras_layers as kl
