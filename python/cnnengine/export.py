@@ -25,7 +25,7 @@ import dataclasses
 import os
 import pathlib
 import tempfile
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class Exported:
     def name(self) -> str:
         return self.graph["name"]
 
-    def save(self, path: "str | os.PathLike[str]") -> Model:
+    def save(self, path: Union[str, os.PathLike]) -> Model:
         """Writes PATH (NAME.json) and the weights beside it (NAME.safetensors)."""
         path = pathlib.Path(path)
         graph = dict(self.graph, weights={"file": path.with_suffix(".safetensors").name, "sha256": "0" * 64})
@@ -93,10 +93,10 @@ def _common(preset, scale, mean, std, name, labels, tolerance, check_data) -> di
             "check_data": None if check_data is None else os.fspath(check_data)}
 
 
-def from_onnx(path: "str | os.PathLike[str]", *, preset: Optional[str] = None, scale: Optional[float] = None,
+def from_onnx(path: Union[str, os.PathLike], *, preset: Optional[str] = None, scale: Optional[float] = None,
               mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
               name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
-              tolerance: float = DEFAULT_TOLERANCE, check_data: "str | os.PathLike[str] | None" = None,
+              tolerance: float = DEFAULT_TOLERANCE, check_data: Union[str, os.PathLike, None] = None,
               check_count: int = 256, use_engine: bool = True, log=print) -> Exported:
     """An ONNX file as format v1, checked against the ONNX model itself. preset/scale/mean/std: how
     raw pixels become the model's input (required unless the model scales its own input)."""
@@ -105,11 +105,11 @@ def from_onnx(path: "str | os.PathLike[str]", *, preset: Optional[str] = None, s
     return _run(args, check_count=check_count, use_engine=use_engine, log=log)
 
 
-def from_keras(path: "str | os.PathLike[str]", *, arch: "str | os.PathLike[str] | None" = None,
+def from_keras(path: Union[str, os.PathLike], *, arch: Union[str, os.PathLike, None] = None,
                preset: Optional[str] = None, scale: Optional[float] = None,
                mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
                name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
-               tolerance: float = DEFAULT_TOLERANCE, check_data: "str | os.PathLike[str] | None" = None,
+               tolerance: float = DEFAULT_TOLERANCE, check_data: Union[str, os.PathLike, None] = None,
                check_count: int = 256, use_engine: bool = True, log=print) -> Exported:
     """A Keras file (.keras, .h5; weights-only .h5 with arch= the model.to_json() file) as format v1.
     A leading Rescaling layer states the preprocessing; otherwise give preset= or scale/mean/std."""
@@ -124,7 +124,7 @@ def from_torch(module: Any, example: Any, *, preset: Optional[str] = None, scale
                mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
                name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
                input_shape: Optional[Sequence[int]] = None, tolerance: float = DEFAULT_TOLERANCE,
-               check_data: "str | os.PathLike[str] | None" = None, check_count: int = 256,
+               check_data: Union[str, os.PathLike, None] = None, check_count: int = 256,
                use_engine: bool = True, log=print) -> Exported:
     """Any torch.nn.Module as format v1. `example`: one input batch as the module takes it (float32
     [N, C, H, W] or [N, K]); its per-sample shape is the model's input. input_shape: C,H,W of the raw

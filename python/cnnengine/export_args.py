@@ -41,6 +41,10 @@ class PreprocessingMissing(export.ExportError):
         self.source = source
 
 
+class PreprocessingInvalid(export.ExportError):
+    """Stated preprocessing that contradicts itself or does not fit the model's channels."""
+
+
 CLI_NAMES = {"preset": "--preset", "scale": "--scale", "mean": "--mean", "std": "--std"}
 
 
@@ -56,7 +60,7 @@ def preprocess_from(args, like, channels: int, default_scale: float | None = Non
             mean=float_list(text["mean"]) if isinstance(text["mean"], str) else text["mean"],
             std=float_list(text["std"]) if isinstance(text["std"], str) else text["std"], names=names)
     except preprocessing.PreprocessingError as e:
-        raise export.ExportError(str(e)) from None
+        raise PreprocessingInvalid(str(e)) from None
     if user is not None:
         return user
     base = like.graph["input"].get("preprocess") if like is not None else None

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import datasets, preprocessing
 from . import export_core as export
-from .export_args import PreprocessingMissing, add_common_args, input_spec_from_args, labels_from_arg
+from .export_args import PreprocessingInvalid, PreprocessingMissing, add_common_args, input_spec_from_args, labels_from_arg
 from .model_format import ModelFormatError, read_model
 
 
@@ -106,7 +106,7 @@ def pick_preset(args, like, log=print):
         args.preset = name
         try:
             graph, tensors, source = args.load(args, like)
-        except export.ExportError:
+        except PreprocessingInvalid:
             continue  # e.g. imagenet's three channels for a one-channel model
         batch = images.reshape((len(images),) + tuple(graph["input"]["shape"]))
         run = source if source is not None else _graph_runner(graph, tensors)
