@@ -11,10 +11,8 @@ it (a Keras Rescaling layer, a leading Div/Sub/Mul in ONNX or in the module's fo
 caller does with preset= (cnnengine.preprocessing.PRESETS) or scale=, mean=, std=; otherwise the
 export raises ExportError saying what to pass.
 
-A PyTorch module goes through torch.onnx.export and the ONNX importer: that route takes any
-nn.Module (subclassed, with BatchNorm, residual Adds, functional calls in forward) on every torch
-this package supports, since torch.fx cannot trace data-dependent Python and torch.export is
-missing from torch 1.x; the check then compares the graph with the module itself.
+A PyTorch module goes through torch.onnx.export and the ONNX importer (torch_import says why), so
+any nn.Module exports: subclassed, with BatchNorm, residual Adds, functional calls in forward.
 
 The building blocks (the PyTorch Sequential walk, the check) live in export_core and stay
 importable from here.
@@ -24,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import tempfile
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -74,15 +71,13 @@ def _args(kind: str, source: str, name: Optional[str], options: dict):
     return args
 
 
-def _run(args, source_override=None, *, check_count: int, use_engine: bool, log) -> Exported:
-    graph, tensors, source = args.load(args, None)
-    if source_override is not None:
-        source = source_override(source)
+def _run(args, load=None, *, check_count: int, use_engine: bool, log) -> Exported:
+    graph, tensors, source = (load or (lambda a: a.load(a, None)))(args)
     report = check_export(graph, tensors, source,
                           lambda g: check_batch(g, check_count, data=args.check_data),
                           tolerance=args.tolerance, use_engine=use_engine, producer="cnnengine.export", log=log)
     if not report.ok:
-        raise ExportError(f"numerical check failed for {args.source}:\n{report.text()}")
+        raise ExportError(f"numerical check failed for {getattr(args, 'source_name', None) or args.source}:\n{report.text()}")
     return Exported(graph, tensors, report)
 
 
@@ -130,55 +125,15 @@ def from_torch(module: Any, example: Any, *, preset: Optional[str] = None, scale
     [N, C, H, W] or [N, K]); its per-sample shape is the model's input. input_shape: C,H,W of the raw
     images where the module's input is larger (padded) or flat. The module is exported through
     torch.onnx (eval mode: BatchNorm folds into the layer before it) and checked against itself."""
-    import io
-
     import torch
+
+    from .torch_import import graph_from_module
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, not {type(module).__name__}")
-    example = torch.as_tensor(example, dtype=torch.float32)
-    if example.dim() not in (2, 4):
-        raise ValueError(f"example must be one input batch [N, C, H, W] or [N, K], not shape {list(example.shape)}")
     name = name or type(module).__name__.lower()
-    was_training = module.training
-    module.eval()
-    buffer = io.BytesIO()
-    try:
-        with torch.no_grad():
-            torch.onnx.export(module, (example,), buffer, input_names=["input"], output_names=["output"],
-                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=13,
-                              do_constant_folding=True)
-    except Exception as e:  # torch.onnx raises many types for what it cannot trace
-        raise ExportError(f"{type(module).__name__}: torch.onnx.export failed ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    finally:
-        module.train(was_training)
-    per_sample = tuple(example.shape[1:])
-    with tempfile.TemporaryDirectory() as tmp:
-        onnx_path = pathlib.Path(tmp) / f"{type(module).__name__}.onnx"
-        onnx_path.write_bytes(buffer.getvalue())
-        options = _common(preset, scale, mean, std, name, labels, tolerance, check_data)
-        if input_shape is not None:
-            options["input_shape"] = ",".join(str(int(d)) for d in input_shape)
-        elif len(per_sample) == 3:
-            options["input_shape"] = ",".join(str(d) for d in per_sample)
-        args = _args("onnx", str(onnx_path), name, options)
-        args.description = f"exported from PyTorch module {type(module).__name__}"
-        args.source_name = f"PyTorch module {type(module).__name__}"
-
-        def module_source(onnx_runner):
-            # The module itself, fed what the user's code feeds it (onnx_source's spec and pad).
-            from . import import_common as ic
-
-            def run(batch: np.ndarray) -> np.ndarray:
-                x = ic.user_preprocess(onnx_runner.user_spec, onnx_runner.user_pad, batch)
-                x = x.reshape((len(batch),) + per_sample)
-                training = module.training
-                try:
-                    with torch.no_grad():
-                        out = module.eval()(torch.from_numpy(np.ascontiguousarray(x)))
-                finally:
-                    module.train(training)
-                out = out[0] if isinstance(out, (tuple, list)) else out
-                return out.to(torch.float32).numpy()
-            return ic.labeled(run, f"PyTorch {type(module).__name__}")
-        return _run(args, module_source, check_count=check_count, use_engine=use_engine, log=log)
+    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data)
+    if input_shape is not None:
+        options["input_shape"] = ",".join(str(int(d)) for d in input_shape)
+    args = _args("onnx", f"{type(module).__name__}.onnx", name, options)
+    return _run(args, lambda a: graph_from_module(module, example, a), check_count=check_count,
+                use_engine=use_engine, log=log)

@@ -13,11 +13,30 @@ import numpy as np
 
 from . import datasets, preprocessing
 from . import export_core as export
-from .export_args import PreprocessingInvalid, PreprocessingMissing, add_common_args, input_spec_from_args, labels_from_arg
+from .export_args import (PreprocessingInvalid, PreprocessingMissing, add_common_args, input_spec_from_args,
+                          int_list, labels_from_arg)
 from .model_format import ModelFormatError, read_model
 
 
-def _load_torch(path: str, allow_pickle: bool):
+def _run_model_code(path: str) -> None:
+    """Runs the user's FILE.py and makes its names visible where pickle looks for a class saved from
+    a script (__main__), and its folder importable for a class saved from a module beside it."""
+    import runpy
+    import sys
+    if not pathlib.Path(path).is_file():
+        raise export.ExportError(f"--code {path}: no such file")
+    sys.path.insert(0, str(pathlib.Path(path).resolve().parent))
+    try:
+        names = runpy.run_path(path, run_name="__cnnengine_model_code__")
+    except Exception as e:  # the user's code may raise anything
+        raise export.ExportError(f"--code {path}: running it failed ({type(e).__name__}: {e})") from None
+    main = sys.modules["__main__"]
+    for key, value in names.items():
+        if not key.startswith("__") and not hasattr(main, key):
+            setattr(main, key, value)
+
+
+def _load_torch(path: str, allow_pickle: bool, code: str | None = None):
     import pickle
 
     import torch
@@ -42,7 +61,17 @@ def _load_torch(path: str, allow_pickle: bool):
                     f"{path} holds pickled Python objects ({what}), as torch.save(model) writes for a whole "
                     "nn.Module: loading it runs code from the file. Pass --allow-pickle if you trust the file, "
                     "or save model.state_dict() and give the structure with --like GRAPH.json") from None
+        if code:
+            _run_model_code(code)
         return torch.load(path, map_location="cpu", weights_only=False)
+    except export.ExportError:
+        raise
+    except AttributeError as e:
+        if "Can't get attribute" not in str(e):
+            raise export.ExportError(f"{path}: not a file torch.load can read (AttributeError: {e})") from None
+        # torch.save(model) stores the class by name only: its code must be importable here.
+        raise export.ExportError(f"{path}: {e}: the file names a class defined in the script that saved it; "
+                                 "pass that script (or a file defining the class) with --code FILE.py") from None
     except export.ExportError:
         raise
     except Exception as e:  # torch.load's errors for a damaged or foreign file are of many types
@@ -52,16 +81,28 @@ def _load_torch(path: str, allow_pickle: bool):
 
 def _torch_source(args, like):
     import torch
-    obj = _load_torch(args.source, args.allow_pickle)
+    obj = _load_torch(args.source, args.allow_pickle, args.code)
     name = args.name or (like.graph["name"] if like else pathlib.Path(args.output).stem)
     labels = labels_from_arg(args.labels)
     if labels is None and like is not None:
         labels = like.graph.get("labels")
     description = args.description
     if isinstance(obj, torch.nn.Module):
-        graph, tensors = export.graph_from_torch_module(obj, input_spec_from_args(args, like), name=name,
-                                                        labels=labels, description=description)
-        return graph, tensors, export.torch_source(obj, graph)
+        if isinstance(obj, torch.nn.Sequential):
+            spec = input_spec_from_args(args, like)
+            try:  # the walk keeps the layers' own names
+                graph, tensors = export.graph_from_torch_module(obj, spec, name=name, labels=labels,
+                                                                description=description)
+                return graph, tensors, export.torch_source(obj, graph)
+            except export.ExportError:
+                pass  # e.g. BatchNorm2d: the traced route below folds it
+        from .torch_import import graph_from_module
+        shape = int_list(args.input_shape) if args.input_shape else (like.graph["input"]["shape"] if like else None)
+        if shape is None:
+            raise export.ExportError("--input-shape C,H,W is required without --like")
+        args.name, args.labels = name, None if labels is None else ",".join(labels)
+        args.input_shape = ",".join(str(d) for d in shape)
+        return graph_from_module(obj, torch.zeros((1,) + tuple(shape)), args)
     if isinstance(obj, dict):
         # Training scripts often wrap the weights: {"state_dict": {...}} or {"model": {...}}.
         for key in ("state_dict", "model_state_dict", "model"):
@@ -82,13 +123,18 @@ def _torch_source(args, like):
 def _add_torch(sub) -> None:
     p = sub.add_parser("torch", help="a PyTorch nn.Module (torch.save of the module) or a state_dict (with --like)",
                        description="Export a PyTorch model. SOURCE is a file written by torch.save: a whole "
-                                   "nn.Module, walked as nn.Sequential (Conv2d, AvgPool2d, MaxPool2d, ReLU, "
-                                   "Tanh, Sigmoid, Flatten, Linear, Softmax; leading ZeroPad2d becomes the "
-                                   "input padding), or a state_dict whose tensors fill --like's graph in order.")
+                                   "nn.Module of any structure (an nn.Sequential of Conv2d, AvgPool2d, MaxPool2d, "
+                                   "ReLU, Tanh, Sigmoid, Flatten, Linear, Softmax is walked layer by layer, "
+                                   "a leading ZeroPad2d becoming the input padding; any other module is traced "
+                                   "through torch.onnx on an input of --input-shape, BatchNorm folded), or a "
+                                   "state_dict whose tensors fill --like's graph in order.")
     p.add_argument("source", help="file written by torch.save")
     p.add_argument("--allow-pickle", action="store_true",
                    help="load a whole nn.Module saved by torch.save(model): a pickle, whose loading runs "
                         "code from the file (trusted files only)")
+    p.add_argument("--code", metavar="FILE.py",
+                   help="Python file defining the module's classes (the script that saved it): run before "
+                        "loading a whole nn.Module whose class pickle cannot find (trusted files only)")
     add_common_args(p)
     p.set_defaults(load=_torch_source)
 
