@@ -47,17 +47,22 @@ def _leaves(module, prefix=""):
         yield from _leaves(child, f"{prefix}.{name}" if prefix else name)
 
 
-def _node_name(qualified: str, op: str, taken: set[str]) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", qualified)
-    # nn.Sequential without names numbers its layers; '3' alone says nothing about the layer.
-    if not name or name[0].isdigit():
-        name = f"{op}_{name}" if name else op
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or name_2, name_3, ... if taken; the result is added to `taken`."""
     base, k = name, 1
     while name in taken:
         k += 1
         name = f"{base}_{k}"
     taken.add(name)
     return name
+
+
+def _node_name(qualified: str, op: str, taken: set[str]) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", qualified)
+    # nn.Sequential without names numbers its layers; '3' alone says nothing about the layer.
+    if not name or name[0].isdigit():
+        name = f"{op}_{name}" if name else op
+    return unique_name(name, taken)
 
 
 def graph_object(name: str, description: str | None, spec: dict, labels, nodes: list, outputs: list) -> dict:

@@ -32,12 +32,7 @@ def node_name(raw: str | None, fallback: str, taken: set[str]) -> str:
         name = fallback
     if name[0].isdigit():
         name = f"{fallback}_{name}"
-    base, k = name, 1
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
+    return export.unique_name(name, taken)
 
 
 # --------------------------------------------------------------------------------------------------
