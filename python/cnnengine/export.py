@@ -39,7 +39,7 @@ __all__ = ["Exported", "ExportError", "from_torch", "from_onnx", "from_keras",
            "graph_from_torch_module", "graph_object", "model_to_torch", "run_engine", "torch_source"]
 
 # How errors about the preprocessing keywords name them (the CLI says --preset, --scale, ...).
-PYTHON_NAMES = {"preset": "preset=", "scale": "scale=", "mean": "mean=", "std": "std="}
+PYTHON_NAMES = {"preset": "preset=", "scale": "scale=", "mean": "mean=", "std": "std=", "transforms": "transforms="}
 
 
 @dataclasses.dataclass
@@ -81,8 +81,8 @@ def _run(args, load=None, *, check_count: int, use_engine: bool, log) -> Exporte
     return Exported(graph, tensors, report)
 
 
-def _common(preset, scale, mean, std, name, labels, tolerance, check_data) -> dict:
-    return {"preset": preset, "scale": scale, "mean": None if mean is None else list(np.atleast_1d(mean)),
+def _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms=None) -> dict:
+    return {"preset": preset, "scale": scale, "transforms": transforms, "mean": None if mean is None else list(np.atleast_1d(mean)),
             "std": None if std is None else list(np.atleast_1d(std)), "name": name,
             "labels": None if labels is None else ",".join(labels), "tolerance": tolerance,
             "check_data": None if check_data is None else os.fspath(check_data)}
@@ -90,26 +90,27 @@ def _common(preset, scale, mean, std, name, labels, tolerance, check_data) -> di
 
 def from_onnx(path: Union[str, os.PathLike], *, preset: Optional[str] = None, scale: Optional[float] = None,
               mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
-              name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+              transforms: Optional[str] = None, name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
               tolerance: float = DEFAULT_TOLERANCE, check_data: Union[str, os.PathLike, None] = None,
               check_count: int = 256, use_engine: bool = True, log=print) -> Exported:
-    """An ONNX file as format v1, checked against the ONNX model itself. preset/scale/mean/std: how
-    raw pixels become the model's input (required unless the model scales its own input)."""
+    """An ONNX file as format v1, checked against the ONNX model itself. preset, scale/mean/std or
+    transforms (a torchvision pipeline as written in Python: "ToTensor(), Normalize(m, s)"): how raw
+    pixels become the model's input (required unless the model scales its own input)."""
     name = name or pathlib.Path(path).stem
-    args = _args("onnx", os.fspath(path), name, _common(preset, scale, mean, std, name, labels, tolerance, check_data))
+    args = _args("onnx", os.fspath(path), name, _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms))
     return _run(args, check_count=check_count, use_engine=use_engine, log=log)
 
 
 def from_keras(path: Union[str, os.PathLike], *, arch: Union[str, os.PathLike, None] = None,
                preset: Optional[str] = None, scale: Optional[float] = None,
                mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
-               name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+               transforms: Optional[str] = None, name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
                tolerance: float = DEFAULT_TOLERANCE, check_data: Union[str, os.PathLike, None] = None,
                check_count: int = 256, use_engine: bool = True, log=print) -> Exported:
     """A Keras file (.keras, .h5; weights-only .h5 with arch= the model.to_json() file) as format v1.
     A leading Rescaling layer states the preprocessing; otherwise give preset= or scale/mean/std."""
     name = name or pathlib.Path(path).stem
-    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data)
+    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms)
     options["arch"] = None if arch is None else os.fspath(arch)
     args = _args("keras", os.fspath(path), name, options)
     return _run(args, check_count=check_count, use_engine=use_engine, log=log)
@@ -117,7 +118,7 @@ def from_keras(path: Union[str, os.PathLike], *, arch: Union[str, os.PathLike, N
 
 def from_torch(module: Any, example: Any, *, preset: Optional[str] = None, scale: Optional[float] = None,
                mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
-               name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+               transforms: Optional[str] = None, name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
                input_shape: Optional[Sequence[int]] = None, tolerance: float = DEFAULT_TOLERANCE,
                check_data: Union[str, os.PathLike, None] = None, check_count: int = 256,
                use_engine: bool = True, log=print) -> Exported:
@@ -131,7 +132,7 @@ def from_torch(module: Any, example: Any, *, preset: Optional[str] = None, scale
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, not {type(module).__name__}")
     name = name or type(module).__name__.lower()
-    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data)
+    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms)
     if input_shape is not None:
         options["input_shape"] = ",".join(str(int(d)) for d in input_shape)
     args = _args("onnx", f"{type(module).__name__}.onnx", name, options)

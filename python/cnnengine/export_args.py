@@ -45,7 +45,7 @@ class PreprocessingInvalid(export.ExportError):
     """Stated preprocessing that contradicts itself or does not fit the model's channels."""
 
 
-CLI_NAMES = {"preset": "--preset", "scale": "--scale", "mean": "--mean", "std": "--std"}
+CLI_NAMES = {"preset": "--preset", "scale": "--scale", "mean": "--mean", "std": "--std", "transforms": "--transforms"}
 
 
 def preprocess_from(args, like, channels: int, default_scale: float | None = None) -> dict:
@@ -58,7 +58,8 @@ def preprocess_from(args, like, channels: int, default_scale: float | None = Non
         user = preprocessing.stated(
             channels, preset_name=getattr(args, "preset", None), scale=getattr(args, "scale", None),
             mean=float_list(text["mean"]) if isinstance(text["mean"], str) else text["mean"],
-            std=float_list(text["std"]) if isinstance(text["std"], str) else text["std"], names=names)
+            std=float_list(text["std"]) if isinstance(text["std"], str) else text["std"],
+            transforms=getattr(args, "transforms", None), names=names)
     except preprocessing.PreprocessingError as e:
         raise PreprocessingInvalid(str(e)) from None
     if user is not None:
@@ -97,6 +98,9 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=list(preprocessing.PRESETS),
                    help="how raw pixels x become the model's input: " +
                         "; ".join(f"{k}: {v.formula}" for k, v in preprocessing.PRESETS.items()))
+    p.add_argument("--transforms", metavar="PIPELINE",
+                   help="the torchvision transforms the model was trained with, as written in Python, e.g. "
+                        "'ToTensor(), Normalize((0.1307,), (0.3081,))'")
     p.add_argument("--scale", type=float, help="preprocess scale: the input is (x * SCALE - MEAN) / STD")
     p.add_argument("--mean", help="preprocess mean per channel, comma-separated (default 0; needs --scale)")
     p.add_argument("--std", help="preprocess std per channel, comma-separated (default 1; needs --scale)")

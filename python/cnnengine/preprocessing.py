@@ -54,12 +54,19 @@ def preset(name: str, channels: int) -> dict:
             "std": _per_channel(p.std, channels, f"preset {name!r} std")}
 
 
-def stated(channels: int, *, preset_name=None, scale=None, mean=None, std=None, names=None) -> dict | None:
+def stated(channels: int, *, preset_name=None, scale=None, mean=None, std=None, transforms=None,
+           names=None) -> dict | None:
     """The preprocessing the user stated: a preset, or scale with mean (default 0) and std (default
     1); None when nothing was. mean or std without scale is refused: the scale is the choice that
     matters most (raw 0..255 values or x/255) and is never assumed. `names` maps 'preset', 'scale', 'mean', 'std' to how the caller spells them in errors."""
-    names = names or {k: k for k in ("preset", "scale", "mean", "std")}
+    names = names or {k: k for k in ("preset", "scale", "mean", "std", "transforms")}
     explicit = [k for k, v in (("scale", scale), ("mean", mean), ("std", std)) if v is not None]
+    if transforms is not None:
+        if preset_name is not None or explicit:
+            others = [names[k] for k in (["preset"] if preset_name is not None else []) + explicit]
+            raise PreprocessingError(f"{names['transforms']} and {', '.join(others)} both state the preprocessing; "
+                                     "give one")
+        return from_torchvision(transforms, channels)
     if preset_name is not None:
         if explicit:
             raise PreprocessingError(f"{names['preset']} and {', '.join(names[k] for k in explicit)} both state "
@@ -74,6 +81,59 @@ def stated(channels: int, *, preset_name=None, scale=None, mean=None, std=None, 
     return {"scale": float(np.float32(scale)),
             "mean": _per_channel([0.0] if mean is None else mean, channels, names["mean"]),
             "std": _per_channel([1.0] if std is None else std, channels, names["std"])}
+
+
+def from_torchvision(text: str, channels: int) -> dict:
+    """{scale, mean, std} of a torchvision transform pipeline as written in Python, e.g.
+    "Compose([ToTensor(), Normalize((0.1307,), (0.3081,))])" or "ToTensor(), Normalize(mean, std)":
+    ToTensor / ConvertImageDtype(torch.float) divide by 255, Normalize subtracts and divides (several
+    compose); PILToTensor keeps raw values. Other steps (resizing, cropping, augmentation) are refused:
+    they are not per-pixel arithmetic the engine applies."""
+    import ast
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise PreprocessingError(f"transforms {text!r}: not a Python expression ({e.msg})") from None
+    calls: list[ast.Call] = []
+
+    def collect(node) -> None:
+        if isinstance(node, ast.Tuple) or isinstance(node, ast.List):
+            for item in node.elts:
+                collect(item)
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "?")
+            if name == "Compose":
+                for arg in node.args:
+                    collect(arg)
+            else:
+                calls.append(node)
+        else:
+            raise PreprocessingError(f"transforms {text!r}: expected calls such as ToTensor() and Normalize(mean, std)")
+
+    collect(tree.body)
+    scale, mean, std, scaled = 1.0, np.zeros(channels), np.ones(channels), False
+    for call in calls:
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "?")
+        if name in ("ToTensor", "ConvertImageDtype"):
+            if scaled or np.any(mean) or np.any(std != 1):
+                raise PreprocessingError(f"transforms {text!r}: {name} must come first")
+            scale, scaled = 1 / 255, True
+        elif name == "PILToTensor":
+            continue
+        elif name == "Normalize":
+            kw = {k.arg: k.value for k in call.keywords}
+            nodes = list(call.args) + [kw.get("mean"), kw.get("std")][len(call.args):]
+            try:
+                m, sd = (np.atleast_1d(np.asarray(ast.literal_eval(v), np.float64)) for v in nodes[:2])
+            except (ValueError, TypeError, SyntaxError):
+                raise PreprocessingError(f"transforms {text!r}: Normalize needs numbers for mean and std") from None
+            m = np.asarray(_per_channel(m, channels, "Normalize mean"))
+            sd = np.asarray(_per_channel(sd, channels, "Normalize std"))
+            mean, std = mean + m * std, std * sd  # ((v - mean) / std - m) / sd
+        else:
+            raise PreprocessingError(f"transforms {text!r}: {name} is not per-pixel arithmetic the engine applies; "
+                                     "give ToTensor/ConvertImageDtype and Normalize only")
+    return {"scale": float(np.float32(scale)), "mean": [float(x) for x in mean], "std": [float(x) for x in std]}
 
 
 def describe(pre: dict) -> str:
@@ -92,10 +152,10 @@ def describe(pre: dict) -> str:
 def missing_message(source: str, *, cli: bool) -> str:
     """The one line that refuses an export whose preprocessing nobody stated."""
     if cli:
-        how = ("pass --preset " + "|".join(PRESETS) + ", or --scale/--mean/--std, or --check-data IMAGES "
-               "--check-labels LABELS to pick the preset that scores best")
+        how = ("pass --preset " + "|".join(PRESETS) + ", --scale/--mean/--std, --transforms 'ToTensor(), "
+               "Normalize(...)', or --check-data IMAGES --check-labels LABELS to pick the preset that scores best")
     else:
-        how = ("pass preset=" + "|".join(repr(p) for p in PRESETS) + ", or scale=/mean=/std=")
+        how = ("pass preset=" + "|".join(repr(p) for p in PRESETS) + ", scale=/mean=/std=, or transforms=")
     return f"{source} does not record how raw pixels become its input: {how}"
 
 

@@ -247,7 +247,8 @@ def _import(path: str, kind: str, preprocessing: dict) -> Tuple[str, Any, Any]:
 def load(path: Union[str, os.PathLike], backend: Optional[str] = None, precision: str = "fp32",
          max_batch: Optional[int] = None, *, threads: int = 0, fuse: bool = True, deterministic: bool = True,
          cuda_graph: bool = True, preset: Optional[str] = None, scale: Optional[float] = None,
-         mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None) -> Model:
+         mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+         transforms: Optional[str] = None) -> Model:
     """Load a model and compile it for a backend.
 
     path: a format v1 graph (NAME.json beside NAME.safetensors), or an ONNX (.onnx) or Keras
@@ -255,7 +256,9 @@ def load(path: Union[str, os.PathLike], backend: Optional[str] = None, precision
     the model's export_report). An imported file states how raw pixels become its input where it
     holds that (a Keras Rescaling layer, a leading Div/Sub/Mul in ONNX); otherwise give preset=
     ('mnist', 'imagenet', 'unit', 'raw', 'symmetric': cnnengine.preprocessing.PRESETS) or scale=
-    with mean= and std= (the input is (x * scale - mean) / std). A .json records its own.
+    with mean= and std= (the input is (x * scale - mean) / std), or transforms= (the torchvision
+    pipeline as written in Python, "ToTensor(), Normalize((0.1307,), (0.3081,))"). A .json records
+    its own.
 
     backend: 'cpu', 'reference', 'custom', 'cudnn', or None for the best available (a GPU backend
     where a GPU is usable, else cpu), as `engine run` picks. precision: 'fp32', 'tf32' (GPU),
@@ -272,7 +275,7 @@ def load(path: Union[str, os.PathLike], backend: Optional[str] = None, precision
         raise FileNotFoundError(2, "No such model file", path)
     options = {"backend": backend or "", "precision": precision, "max_batch": max_batch, "threads": threads,
                "fuse": fuse, "deterministic": deterministic, "cuda_graph": cuda_graph}
-    preprocessing = {"preset": preset, "scale": scale, "mean": mean, "std": std}
+    preprocessing = {"preset": preset, "scale": scale, "mean": mean, "std": std, "transforms": transforms}
     kind = IMPORTED_SUFFIXES.get(pathlib.Path(path).suffix.lower())
     if kind is None:
         given = [k for k, v in preprocessing.items() if v is not None]

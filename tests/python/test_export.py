@@ -19,7 +19,7 @@ REPO = HERE.parents[1]
 EXPORT_MAIN = "import sys; from cnnengine.export_cli import main; sys.exit(main())"
 
 
-PREPROCESSING_OPTIONS = ("--preset", "--scale", "--mean", "--std", "--like", "--check-labels", "--help")
+PREPROCESSING_OPTIONS = ("--preset", "--transforms", "--scale", "--mean", "--std", "--like", "--check-labels", "--help")
 
 
 def stated(argv) -> list:

@@ -64,6 +64,31 @@ def test_presets_are_the_documented_ones():
         preprocessing.preset("imagenet", 1)
 
 
+def test_torchvision_transforms_as_written():
+    mnist = preprocessing.preset("mnist", 1)
+    got = preprocessing.from_torchvision("transforms.Compose([transforms.ToTensor(), "
+                                         "transforms.Normalize((0.1307,), (0.3081,))])", 1)
+    assert got["scale"] == mnist["scale"] and got["mean"] == pytest.approx([0.1307]) and got["std"] == pytest.approx([0.3081])
+    got = preprocessing.from_torchvision("ToTensor(), Normalize(mean=[0.5, 0.5, 0.5], std=[0.5, 0.5, 0.5])", 3)
+    assert got == {"scale": float(np.float32(1 / 255)), "mean": [0.5] * 3, "std": [0.5] * 3}
+    # Two Normalize steps compose: ((v - 1) / 2 - 3) / 4 = (v - 7) / 8.
+    assert preprocessing.from_torchvision("PILToTensor(), Normalize(1, 2), Normalize(3, 4)", 1) == \
+        {"scale": 1.0, "mean": [7.0], "std": [8.0]}
+    with pytest.raises(preprocessing.PreprocessingError, match="Resize is not per-pixel arithmetic"):
+        preprocessing.from_torchvision("Resize(32), ToTensor()", 1)
+
+
+def test_cli_transforms_state_the_preprocessing(tmp_path, capsys):
+    src = to_onnx(net(), tmp_path / "net.onnx")
+    rc, out, err = run(capsys, "onnx", src, "-o", tmp_path / "t.json", "--no-engine", "--check-count", "32",
+                       "--transforms", "ToTensor(), Normalize((0.1307,), (0.3081,))")
+    assert rc == 0, out + err
+    assert "(preset mnist)" in out  # the same arithmetic as the preset, said so
+    rc, out, err = run(capsys, "onnx", src, "-o", tmp_path / "t.json", "--no-engine", "--preset", "unit",
+                       "--transforms", "ToTensor()")
+    assert rc == 1 and "--transforms and --preset both state the preprocessing" in err
+
+
 def test_export_without_preprocessing_is_refused_in_one_line(tmp_path, capsys):
     src = to_onnx(net(), tmp_path / "net.onnx")
     rc, out, err = run(capsys, "onnx", src, "-o", tmp_path / "x.json", "--no-engine")

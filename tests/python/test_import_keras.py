@@ -30,7 +30,7 @@ def mnist_t10k():
         pytest.skip(str(e))
 
 
-PREPROCESSING_OPTIONS = ("--preset", "--scale", "--mean", "--std", "--like", "--check-labels", "--help")
+PREPROCESSING_OPTIONS = ("--preset", "--transforms", "--scale", "--mean", "--std", "--like", "--check-labels", "--help")
 
 
 def stated(argv) -> list:

@@ -19,7 +19,7 @@ ENGINE = export.engine_binary()
 SCALE = float(np.float32(1 / 255))
 
 
-PREPROCESSING_OPTIONS = ("--preset", "--scale", "--mean", "--std", "--like", "--check-labels", "--help")
+PREPROCESSING_OPTIONS = ("--preset", "--transforms", "--scale", "--mean", "--std", "--like", "--check-labels", "--help")
 
 
 def stated(argv) -> list:
