@@ -126,3 +126,23 @@ def test_accuracy_on_mnist_from_float32_input(model):
         pytest.skip(str(e))
     assert np.array_equal(model.predict(preprocess(model, raw)), model.predict(raw))
     assert (model.predict(raw) == labels).mean() > 0.95
+
+
+def test_load_keras_h5_with_a_rescaling_layer(tmp_path, images):
+    """A Keras file whose Rescaling layer states the preprocessing loads without keywords."""
+    pytest.importorskip("h5py")
+    import _keras_h5 as kh
+    rng = np.random.default_rng(4)
+    config = kh.sequential([kh.input_layer((28, 28, 1), "image"),
+                            kh.layer("Rescaling", "rescale", scale=1 / 255, offset=0.0),
+                            kh.flatten("flatten"), kh.dense("dense", 10, activation="softmax")])
+    kernel = rng.standard_normal((784, 10)).astype(np.float32) * 0.05
+    bias = rng.standard_normal(10).astype(np.float32) * 0.1
+    src = tmp_path / "rescaled.h5"
+    kh.save_model(src, config, {"dense": [("dense/kernel:0", kernel), ("dense/bias:0", bias)]})
+    m = cnnengine.load(src, backend="cpu")
+    assert m.preprocess["scale"] == pytest.approx(1 / 255) and m.export_report.ok
+    x = images.reshape(len(images), -1).astype(np.float32) / np.float32(255)  # NHWC flatten of one channel
+    z = x @ kernel + bias
+    expected = np.exp(z - z.max(1, keepdims=True))
+    np.testing.assert_allclose(m.run(images), expected / expected.sum(1, keepdims=True), atol=1e-5)
