@@ -116,7 +116,7 @@ RunStats Session::run_loop(const void* input, int64_t count, float* first_output
   // GPU memory has no upload to overlap.
   RunPlan plan;
   plan.overlapped = !on_device && exe_->overlaps_batches() && batches > 1 &&
-                    (graph_.outputs.size() == 1 || options_.devices.size() > 1 || !all.empty());
+                    (graph_.outputs.size() == 1 || options_.devices.size() > 1);
   plan.step = plan.overlapped ? B * kBatchesPerGroup * int64_t(devices) : B;
   // A CUDA graph replaces one launch per kernel by one; its capture costs a plain forward pass plus
   // the capture, so it pays only where the same batch size repeats (four full batches or more).

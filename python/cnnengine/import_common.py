@@ -1,9 +1,10 @@
 """What the Keras and ONNX importers share: the user's input preprocessing, node names, and the
 checked write that labels the source framework in the check's report.
 
-Neither Keras files nor ONNX files record how raw pixels become the model's input, so the user
-states it (--scale, --mean, --std, --pad, --input-shape); `input_spec` turns those options and the
-model's own input size into the graph's `input` object.
+Keras and ONNX files record how raw pixels become the model's input only where the model scales its
+own input; otherwise the user states it (export_args.preprocess_from: never guessed), with --pad and
+--input-shape for the raw image's size; `input_spec` turns those and the model's own input size into
+the graph's `input` object.
 """
 from __future__ import annotations
 
