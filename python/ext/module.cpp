@@ -99,7 +99,7 @@ nb::list run_images(Session& session, const nb::ndarray<nb::ro>& images) {
                                       device)
                               .c_str());
   if (on_gpu && !session.accepts_device_input())
-    throw nb::value_error(fmt::format("images are in GPU memory but backend '{}' runs on the host; copy them to host "
+    throw nb::value_error(fmt::format("images are in GPU memory but backend {} runs on the host; copy them to host "
                                       "memory (tensor.cpu()) or load the model with a GPU backend",
                                       session.backend().name())
                               .c_str());
