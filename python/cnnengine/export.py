@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from .export_core import (DEFAULT_TOLERANCE, CheckReport, Comparison, ExportError, check, check_batch,
+from .export_core import (DEFAULT_TOLERANCE, ENGINE_CANDIDATES, CheckReport, Comparison, ExportError, check, check_batch,
                           check_export, compare, element_bounds, engine_binary, export_checked,
                           graph_from_state_dict, graph_from_torch_module, graph_object, model_to_torch,
                           run_engine, torch_source)
@@ -34,7 +34,7 @@ from .model_format import Model, write_model
 
 __all__ = ["Exported", "ExportError", "from_torch", "from_onnx", "from_keras",
            # building blocks, as cnnengine-export uses them
-           "DEFAULT_TOLERANCE", "CheckReport", "Comparison", "check", "check_batch", "check_export", "compare",
+           "DEFAULT_TOLERANCE", "ENGINE_CANDIDATES", "CheckReport", "Comparison", "check", "check_batch", "check_export", "compare",
            "element_bounds", "engine_binary", "export_checked", "graph_from_state_dict",
            "graph_from_torch_module", "graph_object", "model_to_torch", "run_engine", "torch_source"]
 
