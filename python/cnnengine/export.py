@@ -26,8 +26,8 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from .export_core import (DEFAULT_TOLERANCE, ENGINE_CANDIDATES, CheckReport, Comparison, ExportError, check, check_batch,
-                          check_export, compare, element_bounds, engine_binary, export_checked,
+from .export_core import (DEFAULT_TOLERANCE, ENGINE_CANDIDATES, CheckReport, Comparison, ExportError, check,
+                          check_batch, check_export, compare, element_bounds, engine_binary, export_checked,
                           graph_from_state_dict, graph_from_torch_module, graph_object, model_to_torch,
                           run_engine, torch_source)
 from .model_format import Model, write_model
