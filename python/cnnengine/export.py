@@ -34,7 +34,8 @@ from .model_format import Model, write_model
 
 __all__ = ["Exported", "ExportError", "from_torch", "from_onnx", "from_keras",
            # building blocks, as cnnengine-export uses them
-           "DEFAULT_TOLERANCE", "ENGINE_CANDIDATES", "CheckReport", "Comparison", "check", "check_batch", "check_export", "compare",
+           "DEFAULT_TOLERANCE", "ENGINE_CANDIDATES", "CheckReport", "Comparison", "check", "check_batch",
+           "check_export", "compare",
            "element_bounds", "engine_binary", "export_checked", "graph_from_state_dict",
            "graph_from_torch_module", "graph_object", "model_to_torch", "run_engine", "torch_source"]
 
@@ -77,12 +78,14 @@ def _run(args, load=None, *, check_count: int, use_engine: bool, log) -> Exporte
                           lambda g: check_batch(g, check_count, data=args.check_data),
                           tolerance=args.tolerance, use_engine=use_engine, producer="cnnengine.export", log=log)
     if not report.ok:
-        raise ExportError(f"numerical check failed for {getattr(args, 'source_name', None) or args.source}:\n{report.text()}")
+        what = getattr(args, "source_name", None) or args.source
+        raise ExportError(f"numerical check failed for {what}:\n{report.text()}")
     return Exported(graph, tensors, report)
 
 
 def _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms=None) -> dict:
-    return {"preset": preset, "scale": scale, "transforms": transforms, "mean": None if mean is None else list(np.atleast_1d(mean)),
+    return {"preset": preset, "scale": scale, "transforms": transforms,
+            "mean": None if mean is None else list(np.atleast_1d(mean)),
             "std": None if std is None else list(np.atleast_1d(std)), "name": name,
             "labels": None if labels is None else ",".join(labels), "tolerance": tolerance,
             "check_data": None if check_data is None else os.fspath(check_data)}
@@ -97,7 +100,8 @@ def from_onnx(path: Union[str, os.PathLike], *, preset: Optional[str] = None, sc
     transforms (a torchvision pipeline as written in Python: "ToTensor(), Normalize(m, s)"): how raw
     pixels become the model's input (required unless the model scales its own input)."""
     name = name or pathlib.Path(path).stem
-    args = _args("onnx", os.fspath(path), name, _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms))
+    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms)
+    args = _args("onnx", os.fspath(path), name, options)
     return _run(args, check_count=check_count, use_engine=use_engine, log=log)
 
 

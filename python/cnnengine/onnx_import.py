@@ -14,9 +14,9 @@ size in a Shape is a marker that only a Reshape's batch dimension may use.
 The model input (NCHW float, or [N, K]) becomes a uint8 input with the preprocessing the user
 states (--preset, or --scale/--mean/--std; --pad). A model whose input goes first through a Div,
 Mul, Sub or Add of a constant scales its own input: it is fed raw values (scale 1) unless the user
-states otherwise, and such leading scale_shift nodes move into the input's preprocessing. The check runs the ONNX model itself
-(onnx.reference.ReferenceEvaluator when the installed onnx has it, else onnx_reference) next to the
-exported graph and the engine.
+states otherwise, and such leading scale_shift nodes move into the input's preprocessing.
+The check runs the ONNX model itself (onnx.reference.ReferenceEvaluator when the installed onnx has
+it, else onnx_reference) next to the exported graph and the engine.
 """
 from __future__ import annotations
 

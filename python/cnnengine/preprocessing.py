@@ -58,7 +58,8 @@ def stated(channels: int, *, preset_name=None, scale=None, mean=None, std=None, 
            names=None) -> dict | None:
     """The preprocessing the user stated: a preset, or scale with mean (default 0) and std (default
     1); None when nothing was. mean or std without scale is refused: the scale is the choice that
-    matters most (raw 0..255 values or x/255) and is never assumed. `names` maps 'preset', 'scale', 'mean', 'std' to how the caller spells them in errors."""
+    matters most (raw 0..255 values or x/255) and is never assumed. `names` maps 'preset', 'scale',
+    'mean', 'std', 'transforms' to how the caller spells them in errors."""
     names = names or {k: k for k in ("preset", "scale", "mean", "std", "transforms")}
     explicit = [k for k, v in (("scale", scale), ("mean", mean), ("std", std)) if v is not None]
     if transforms is not None:
@@ -138,7 +139,8 @@ def from_torchvision(text: str, channels: int) -> dict:
 
 def describe(pre: dict) -> str:
     """'scale 0.00392157, mean [0.1307], std [0.3081] (preset mnist)' for a preprocess object."""
-    text = f"scale {pre['scale']:.6g}, mean {[round(m, 6) for m in pre['mean']]}, std {[round(s, 6) for s in pre['std']]}"
+    mean, std = [round(m, 6) for m in pre["mean"]], [round(s, 6) for s in pre["std"]]
+    text = f"scale {pre['scale']:.6g}, mean {mean}, std {std}"
     for name in PRESETS:
         try:
             p = preset(name, len(pre["mean"]))

@@ -31,7 +31,8 @@ def onnx_bytes(module, example) -> bytes:
                               do_constant_folding=True)
     except Exception as e:  # torch.onnx raises many types for what it cannot trace
         first = str(e).splitlines()[0] if str(e) else ""
-        raise ImportFailure(f"{type(module).__name__}: torch.onnx.export failed ({type(e).__name__}: {first})") from None
+        raise ImportFailure(f"{type(module).__name__}: torch.onnx.export failed "
+                            f"({type(e).__name__}: {first})") from None
     finally:
         module.train(was_training)
     return buffer.getvalue()
