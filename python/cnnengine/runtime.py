@@ -272,7 +272,7 @@ def load(path: Union[str, os.PathLike], backend: Optional[str] = None, precision
     unavailable backend or an invalid model."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(2, "No such model file", path)
+        raise FileNotFoundError(2, f"{path}: graph file not found", path)  # as the engine says it
     options = {"backend": backend or "", "precision": precision, "max_batch": max_batch, "threads": threads,
                "fuse": fuse, "deterministic": deterministic, "cuda_graph": cuda_graph}
     preprocessing = {"preset": preset, "scale": scale, "mean": mean, "std": std, "transforms": transforms}
