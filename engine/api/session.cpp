@@ -98,8 +98,19 @@ RunStats Session::run_device(const void* device_input, int64_t count, float* fir
   return run_loop(device_input, count, first_output, true, hooks);
 }
 
+RunStats Session::run_outputs(const void* input, int64_t count, std::span<float* const> outputs, bool on_device) {
+  if (outputs.size() != graph_.outputs.size())
+    throw std::invalid_argument(
+        fmt::format("{} output buffers for a model of {} outputs", outputs.size(), graph_.outputs.size()));
+  if (on_device && !exe_->accepts_device_input())
+    throw std::invalid_argument(fmt::format("backend {} runs on host memory and cannot read a GPU array; copy it to "
+                                            "the host first, or load the model on a GPU backend",
+                                            backend_->name()));
+  return run_loop(input, count, outputs.empty() ? nullptr : outputs[0], on_device, {}, outputs);
+}
+
 RunStats Session::run_loop(const void* input, int64_t count, float* first_output, bool on_device,
-                           const RunHooks& hooks) {
+                           const RunHooks& hooks, std::span<float* const> all) {
   if (count < 0) throw std::invalid_argument("a negative number of images");
   RunStats stats;
   if (count == 0) return stats;
@@ -129,7 +140,7 @@ RunStats Session::run_loop(const void* input, int64_t count, float* first_output
   std::vector<float*> pointers(graph_.outputs.size());
   std::vector<int64_t> elements(graph_.outputs.size());
   for (size_t i = 0; i < elements.size(); ++i) elements[i] = graph_.output_elements(i);
-  for (size_t i = 1; i < graph_.outputs.size(); ++i) {
+  for (size_t i = 1; i < graph_.outputs.size() && all.empty(); ++i) {
     auto& other = other_outputs_[i - 1];
     if (other.size() < size_t(elements[i]) * step_rows) other.resize(size_t(elements[i]) * step_rows);
     pointers[i] = other.data();
@@ -141,6 +152,7 @@ RunStats Session::run_loop(const void* input, int64_t count, float* first_output
   for (int64_t start = 0; start < count; start += plan.step) {
     const int64_t n = std::min(plan.step, count - start);
     pointers[0] = first_output + start * K;
+    for (size_t i = 1; i < all.size(); ++i) pointers[i] = all[i] + start * elements[i];
     const uint8_t* batch = bytes + size_t(start) * sample_bytes_;
     auto run_once = [&] {
       if (plan.overlapped)

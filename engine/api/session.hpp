@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -94,11 +95,18 @@ class Session {
   RunStats run(const void* input, int64_t count, float* first_output, const RunHooks& hooks = {});
   // The same with `device_input` in the memory of the GPU the backend runs on (no host copy).
   RunStats run_device(const void* device_input, int64_t count, float* first_output, const RunHooks& hooks = {});
+  // Every output: outputs[i] receives count * output_elements(i) floats (output_count() pointers),
+  // from host memory, or from GPU memory where `on_device` (see run_device).
+  RunStats run_outputs(const void* input, int64_t count, std::span<float* const> outputs, bool on_device = false);
+  size_t output_count() const { return graph_.outputs.size(); }
+  int64_t output_elements(size_t i) const { return graph_.output_elements(i); }
 
  private:
   void choose_backend_if_unnamed();
   void compile();
-  RunStats run_loop(const void* input, int64_t count, float* first_output, bool on_device, const RunHooks& hooks);
+  // `all`: where every output goes (run_outputs); empty: outputs after the first go to other_outputs_.
+  RunStats run_loop(const void* input, int64_t count, float* first_output, bool on_device, const RunHooks& hooks,
+                    std::span<float* const> all = {});
 
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;

@@ -9,6 +9,8 @@ cases pad explicitly first, which is exact for every file the spec admits.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -92,6 +94,8 @@ class Elementwise(nn.Module):
 
     def forward(self, *xs):
         op, x = self.op, xs[0]
+        if op == "identity":
+            return x
         if op == "relu":
             return torch.relu(x)
         if op == "tanh":
@@ -143,14 +147,16 @@ class Preprocess(nn.Module):
         # Follows the module's dtype under .to()/.double(), so forward knows what to widen to.
         self.register_buffer("probe", torch.zeros((), dtype=torch.float32))
 
+    absolute = False  # magnitude_copy: the absolute values of the preprocessed input
+
     def forward(self, x):
         if not self.is_uint8:
-            return x.to(self.probe.dtype)
+            return (x.abs() if self.absolute else x).to(self.probe.dtype)
         # The spec fixes this arithmetic as float32, whatever the compute dtype of the nodes.
         y = (x.to(torch.float32) * self.scale - self.mean.float()) / self.std.float()
         if any(self.pad):
             y = F.pad(y, self.pad, value=self.pad_value)
-        return y.to(self.probe.dtype)
+        return (y.abs() if self.absolute else y).to(self.probe.dtype)
 
 
 class GraphModule(nn.Module):
@@ -200,6 +206,20 @@ class GraphModule(nn.Module):
                 del values[v]
         outs = tuple(values[o] for o in self.output_names)
         return outs[0] if len(outs) == 1 else outs
+
+    def magnitude_copy(self) -> "GraphModule":
+        """A float64 copy that computes, for each output, the magnitude its sums reach: sum |w| |x|
+        over every product (|preprocessed input|, |weights|, |biases|; activations and softmax pass
+        magnitudes through, as their slopes are at most 1). fp32 rounding error grows with it."""
+        m = copy.deepcopy(self).to(torch.float64)
+        with torch.no_grad():
+            for layer in m.layers:
+                for p in layer.parameters():
+                    p.abs_()
+                if isinstance(layer, Elementwise) and layer.op in ("relu", "tanh", "sigmoid", "softmax"):
+                    layer.op = "identity"
+        m.preprocess.absolute = True
+        return m
 
     def forward_values(self, x) -> dict:
         """Every value of the graph (for debugging a parity failure node by node)."""

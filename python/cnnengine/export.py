@@ -1,449 +1,144 @@
-"""Exporters to format v1, and the numerical check every export runs.
+"""Export to model format v1 from Python, checked numerically as `cnnengine-export` checks:
 
-Each source framework has its own `graph_from_*` function that yields (graph, tensors); `check`
-and `export_checked` are shared, so a Keras or ONNX importer only adds its own walk. The PyTorch
-walk treats a module as nn.Sequential: its leaf layers in registration order. A module whose
-forward does something else exports a wrong graph, which is why every export is checked by running
-the source next to the exported graph.
+    from cnnengine import export
+    m = export.from_torch(net, torch.zeros(1, 1, 28, 28), preset="mnist")   # any nn.Module
+    m = export.from_onnx("model.onnx", preset="unit")
+    m = export.from_keras("model.keras")          # a leading Rescaling layer states the preprocessing
+    m.save("out/net.json")                        # writes out/net.json and out/net.safetensors
+
+Preprocessing (how raw uint8 pixels become the model's input) is never guessed: the source states
+it (a Keras Rescaling layer, a leading Div/Sub/Mul in ONNX or in the module's forward), or the
+caller does with preset= (cnnengine.preprocessing.PRESETS) or scale=, mean=, std=; otherwise the
+export raises ExportError saying what to pass.
+
+A PyTorch module goes through torch.onnx.export and the ONNX importer (torch_import says why), so
+any nn.Module exports: subclassed, with BatchNorm, residual Adds, functional calls in forward.
+
+The building blocks (the PyTorch Sequential walk, the check) live in export_core and stay
+importable from here.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import pathlib
-import re
-import shutil
-import subprocess
-import tempfile
-from typing import Callable
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from . import datasets
-from .model_format import Model, ModelFormatError, preprocess_numpy, read_model, topological_order, \
-    write_model
+from .export_core import (DEFAULT_TOLERANCE, ENGINE_CANDIDATES, CheckReport, Comparison, ExportError, check,
+                          check_batch, check_export, compare, element_bounds, engine_binary, export_checked,
+                          graph_from_state_dict, graph_from_torch_module, graph_object, model_to_torch,
+                          run_engine, torch_source)
+from .model_format import Model, write_model
 
-DEFAULT_TOLERANCE = 1e-5
+__all__ = ["Exported", "ExportError", "from_torch", "from_onnx", "from_keras",
+           # building blocks, as cnnengine-export uses them
+           "DEFAULT_TOLERANCE", "ENGINE_CANDIDATES", "CheckReport", "Comparison", "check", "check_batch",
+           "check_export", "compare",
+           "element_bounds", "engine_binary", "export_checked", "graph_from_state_dict",
+           "graph_from_torch_module", "graph_object", "model_to_torch", "run_engine", "torch_source"]
 
-
-class ExportError(RuntimeError):
-    pass
-
-
-# --------------------------------------------------------------------------------------------------
-# PyTorch module -> graph
-
-def _pair(v) -> list[int]:
-    return [int(v), int(v)] if isinstance(v, int) else [int(x) for x in v]
-
-
-def _leaves(module, prefix=""):
-    """(qualified name, leaf module) in registration order; containers are opened recursively."""
-    children = list(module.named_children())
-    if not children:
-        yield prefix, module
-        return
-    for name, child in children:
-        yield from _leaves(child, f"{prefix}.{name}" if prefix else name)
-
-
-def _node_name(qualified: str, op: str, taken: set[str]) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", qualified)
-    # nn.Sequential without names numbers its layers; '3' alone says nothing about the layer.
-    if not name or name[0].isdigit():
-        name = f"{op}_{name}" if name else op
-    base, k = name, 1
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
-
-
-def graph_object(name: str, description: str | None, spec: dict, labels, nodes: list, outputs: list) -> dict:
-    """A format v1 graph as the exporters and importers write it (the weights' sha256 is filled in when written)."""
-    graph = {"name": name}
-    if description:
-        graph["description"] = description
-    graph.update({"weights": {"file": f"{name}.safetensors", "sha256": "0" * 64}, "input": spec})
-    if labels is not None:
-        graph["labels"] = list(labels)
-    graph.update({"nodes": nodes, "outputs": outputs})
-    return graph
-
-
-def graph_from_torch_module(module, input_spec: dict, *, name: str, labels: list[str] | None = None,
-                            description: str | None = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """Walks `module` as nn.Sequential. `input_spec` is the graph's `input` object; leading
-    ZeroPad2d/ConstantPad2d layers become its preprocess pad, so the module itself consumes
-    the preprocessed tensor before padding."""
-    from torch import nn
-
-    input_spec = dict(input_spec)
-    pre = dict(input_spec["preprocess"]) if "preprocess" in input_spec else None
-    nodes: list[dict] = []
-    tensors: dict[str, np.ndarray] = {}
-    taken = {input_spec["name"]}
-    current = input_spec["name"]
-    pending_pad = None  # (top, bottom, left, right) of a ZeroPad2d waiting for the next layer
-    input_pad = [0, 0, 0, 0]
-    input_pad_value = None
-
-    def param(t) -> np.ndarray:
-        return t.detach().to("cpu").contiguous().numpy().astype(np.float32)
-
-    def add(qualified, op, attrs=None, params=None):
-        nonlocal current
-        nname = _node_name(qualified, op, taken)
-        node = {"name": nname, "op": op, "inputs": [current]}
-        if attrs:
-            node["attrs"] = attrs
-        if params:
-            node["tensors"] = {}
-            for role, t in params.items():
-                if t is None:
-                    continue
-                tname = f"{nname}.{role}"
-                node["tensors"][role] = tname
-                tensors[tname] = param(t)
-        nodes.append(node)
-        current = nname
-
-    def where(q, layer):
-        return f"layer '{q}' ({type(layer).__name__})"
-
-    for q, layer in _leaves(module):
-        if isinstance(layer, (nn.Identity, nn.Dropout)):
-            continue  # identities at inference
-        if isinstance(layer, (nn.ZeroPad2d, nn.ConstantPad2d)):
-            left, right, top, bottom = (int(p) for p in layer.padding)
-            value = float(getattr(layer, "value", 0.0))
-            if min(left, right, top, bottom) < 0:
-                raise ExportError(f"{where(q, layer)}: negative padding (cropping) is not supported")
-            if not nodes and pending_pad is None:
-                if pre is None:
-                    raise ExportError(f"{where(q, layer)}: a float32 input has no preprocess pad to hold it")
-                input_pad = [a + b for a, b in zip(input_pad, (top, bottom, left, right))]
-                if input_pad_value is not None and input_pad_value != value:
-                    raise ExportError(f"{where(q, layer)}: two leading pads with different values")
-                input_pad_value = value
-                continue
-            if value != 0.0:
-                raise ExportError(f"{where(q, layer)}: only zero padding can be folded into a later layer")
-            if pending_pad is not None:
-                raise ExportError(f"{where(q, layer)}: two padding layers in a row are not supported")
-            pending_pad = [top, bottom, left, right]
-            continue
-
-        pad_here = pending_pad
-        pending_pad = None
-        if isinstance(layer, nn.Conv2d):
-            if layer.groups != 1 or _pair(layer.dilation) != [1, 1] or layer.padding_mode != "zeros":
-                raise ExportError(f"{where(q, layer)}: only groups=1, dilation=1, padding_mode='zeros' are supported")
-            kernel, stride = _pair(layer.kernel_size), _pair(layer.stride)
-            if isinstance(layer.padding, str):
-                if layer.padding == "valid":
-                    padding = [0, 0, 0, 0]
-                else:  # 'same' (stride 1): torch puts the odd extra row/column at the bottom/right
-                    th, tw = kernel[0] - 1, kernel[1] - 1
-                    padding = [th // 2, th - th // 2, tw // 2, tw - tw // 2]
-            else:
-                ph, pw = _pair(layer.padding)
-                padding = [ph, ph, pw, pw]
-            if pad_here:
-                padding = [a + b for a, b in zip(padding, pad_here)]
-            add(q, "conv2d", {"out_channels": int(layer.out_channels), "kernel": kernel, "stride": stride,
-                              "padding": padding}, {"weight": layer.weight, "bias": layer.bias})
-            continue
-        if isinstance(layer, nn.AvgPool2d):
-            if layer.ceil_mode or layer.divisor_override is not None:
-                raise ExportError(f"{where(q, layer)}: ceil_mode and divisor_override are not supported")
-            kernel = _pair(layer.kernel_size)
-            stride = _pair(layer.stride if layer.stride is not None else layer.kernel_size)
-            ph, pw = _pair(layer.padding)
-            padding = [ph, ph, pw, pw]
-            if pad_here:
-                if not layer.count_include_pad:
-                    raise ExportError(f"{where(q, layer)}: a zero pad before count_include_pad=False "
-                                      "average pooling cannot be folded")
-                padding = [a + b for a, b in zip(padding, pad_here)]
-            add(q, "avgpool", {"kernel": kernel, "stride": stride, "padding": padding,
-                               "count_include_pad": bool(layer.count_include_pad)})
-            continue
-        if pad_here:
-            raise ExportError(f"{where(q, layer)}: a zero pad can only precede a Conv2d or an AvgPool2d")
-        if isinstance(layer, nn.MaxPool2d):
-            if layer.ceil_mode or layer.return_indices or _pair(layer.dilation) != [1, 1]:
-                raise ExportError(f"{where(q, layer)}: ceil_mode, return_indices and dilation are not supported")
-            kernel = _pair(layer.kernel_size)
-            stride = _pair(layer.stride if layer.stride is not None else layer.kernel_size)
-            ph, pw = _pair(layer.padding)
-            add(q, "maxpool", {"kernel": kernel, "stride": stride, "padding": [ph, ph, pw, pw]})
-        elif isinstance(layer, nn.Linear):
-            add(q, "dense", {"units": int(layer.out_features)}, {"weight": layer.weight, "bias": layer.bias})
-        elif isinstance(layer, nn.Flatten):
-            if layer.start_dim != 1 or layer.end_dim != -1:
-                raise ExportError(f"{where(q, layer)}: only Flatten(start_dim=1, end_dim=-1) is supported")
-            add(q, "flatten")
-        elif isinstance(layer, nn.Softmax):
-            if layer.dim not in (1, -1):
-                raise ExportError(f"{where(q, layer)}: only Softmax over dim 1 of [N, K] is supported")
-            add(q, "softmax")
-        elif isinstance(layer, (nn.ReLU, nn.Tanh, nn.Sigmoid)):
-            add(q, {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}[type(layer)])
-        else:
-            raise ExportError(f"{where(q, layer)}: no format-v1 op for this layer")
-    if pending_pad is not None:
-        raise ExportError("the module ends with a padding layer")
-    if not nodes:
-        raise ExportError("the module has no layers to export")
-
-    if pre is not None:
-        # The module must hold its own input padding, since the check feeds it unpadded data.
-        module_pad = input_pad
-        spec_pad = list(pre.get("pad", [0, 0, 0, 0]))
-        if any(spec_pad) and spec_pad != module_pad:
-            raise ExportError(f"the input spec pads by {spec_pad} but the module's leading padding "
-                              f"layers pad by {module_pad}; the module must begin with that padding")
-        pre.pop("pad", None)
-        pre.pop("pad_value", None)
-        if any(module_pad):
-            pre["pad"] = module_pad
-            pre["pad_value"] = input_pad_value if input_pad_value is not None else 0.0
-        input_spec["preprocess"] = pre
-    return graph_object(name, description, input_spec, labels, nodes, [current]), tensors
-
-
-def graph_from_state_dict(state_dict, like: Model, *, name: str | None = None,
-                          description: str | None = None) -> tuple[dict, dict[str, np.ndarray]]:
-    """`like`'s graph with its tensors replaced by the state_dict's, matched by order and shape."""
-    import torch
-    sd = [(k, v) for k, v in state_dict.items() if isinstance(v, torch.Tensor)]
-    graph = like.graph
-    slots = []  # (tensor name, shape, where) in execution order, weight before bias
-    for i in topological_order(graph["nodes"], graph["input"]["name"]):
-        n = graph["nodes"][i]
-        for role in ("weight", "bias"):
-            if role in n.get("tensors", {}):
-                tname = n["tensors"][role]
-                slots.append((tname, tuple(like.tensors[tname].shape), f"node '{n['name']}' {role}"))
-    if len(sd) != len(slots):
-        raise ExportError(
-            f"the state_dict holds {len(sd)} tensors ({', '.join(k for k, _ in sd)}) but the graph "
-            f"needs {len(slots)} ({', '.join(s[0] for s in slots)})")
-    tensors = {}
-    for (key, value), (tname, shape, where) in zip(sd, slots):
-        if tuple(value.shape) != shape:
-            raise ExportError(f"state_dict tensor '{key}' has shape {list(value.shape)}, "
-                              f"{where} ('{tname}') needs {list(shape)}")
-        if not value.is_floating_point():
-            raise ExportError(f"state_dict tensor '{key}' is {value.dtype}, not floating point")
-        tensors[tname] = value.detach().to("cpu", torch.float32).contiguous().numpy()
-    new = {k: v for k, v in graph.items()}
-    if name:
-        new["name"] = name
-    if description is not None:
-        new["description"] = description
-    return new, tensors
-
-
-# --------------------------------------------------------------------------------------------------
-# The check
-
-# Where the engine command is looked for, in order, when $ENGINE_BIN is unset.
-ENGINE_CANDIDATES = ("the package's own copy (cnnengine/bin/engine)", "`engine` on PATH")
-
-
-def engine_binary() -> pathlib.Path | None:
-    """$ENGINE_BIN, else the engine command installed with this package, else `engine` on PATH;
-    None if none is there."""
-    env = os.environ.get("ENGINE_BIN")
-    if env:
-        return pathlib.Path(env) if pathlib.Path(env).is_file() else None
-    from .engine_command import engine_path
-    own = engine_path()
-    if own.is_file() and os.access(own, os.X_OK):
-        return own
-    on_path = shutil.which("engine")
-    return pathlib.Path(on_path) if on_path else None
-
-
-def run_engine(engine: pathlib.Path, model_path: pathlib.Path, data_path: pathlib.Path,
-               out_npy: pathlib.Path, backend: str = "reference", extra: list[str] | None = None,
-               timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [str(engine), "run", str(model_path), str(data_path), "--backend", backend,
-           "--dump-outputs", str(out_npy)] + list(extra or [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise ExportError(f"engine failed (exit {proc.returncode}): {' '.join(cmd)}\n"
-                          f"{proc.stdout}{proc.stderr}")
-    return proc
+# How errors about the preprocessing keywords name them (the CLI says --preset, --scale, ...).
+PYTHON_NAMES = {"preset": "preset=", "scale": "scale=", "mean": "mean=", "std": "std=", "transforms": "transforms="}
 
 
 @dataclasses.dataclass
-class Comparison:
-    name: str
-    max_abs: float
-    argmax_agree: int
-    argmax_total: int
-    true_disagreements: int  # argmax differs although the reference's top-2 gap exceeds the bound
-    bound: float = DEFAULT_TOLERANCE  # the largest max |diff| that passes (see `relative_bound`)
+class Exported:
+    """A checked export: the format v1 graph (a dict), its float32 tensors and the check's report."""
+    graph: dict
+    tensors: dict
+    report: CheckReport
 
     @property
-    def ok(self) -> bool:
-        return self.max_abs <= self.bound and self.true_disagreements == 0
+    def name(self) -> str:
+        return self.graph["name"]
 
-    def line(self) -> str:
-        agree = (f"argmax {self.argmax_agree}/{self.argmax_total}" if self.argmax_total else "argmax n/a")
-        return f"  {self.name:<38} max |diff| {self.max_abs:.3e} (bound {self.bound:.2e})   {agree}"
-
-
-def relative_bound(ref: np.ndarray, tolerance: float) -> float:
-    """tolerance * max(1, max |ref|): an absolute bound for probabilities and small outputs, and a
-    relative one for logits, whose fp32 rounding grows with their magnitude (a logit of 30 carries
-    errors of ~1e-5 from ordinary summation-order differences)."""
-    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-    return tolerance * max(1.0, scale)
+    def save(self, path: Union[str, os.PathLike]) -> Model:
+        """Writes PATH (NAME.json) and the weights beside it (NAME.safetensors)."""
+        path = pathlib.Path(path)
+        graph = dict(self.graph, weights={"file": path.with_suffix(".safetensors").name, "sha256": "0" * 64})
+        return write_model(path, graph, self.tensors, producer="cnnengine.export")
 
 
-def compare(name: str, got: np.ndarray, ref: np.ndarray, tolerance: float) -> Comparison:
-    got = np.asarray(got, np.float64).reshape(len(got), -1)
-    ref = np.asarray(ref, np.float64).reshape(len(ref), -1)
-    if got.shape != ref.shape:
-        raise ExportError(f"{name}: shape {got.shape} vs reference {ref.shape}")
-    max_abs = float(np.max(np.abs(got - ref))) if got.size else 0.0
-    bound = relative_bound(ref, tolerance)
-    if ref.shape[1] > 1:
-        ga, ra = got.argmax(1), ref.argmax(1)
-        srt = np.sort(ref, axis=1)
-        gap = srt[:, -1] - srt[:, -2]
-        agree = int((ga == ra).sum())
-        true_dis = int(((ga != ra) & (gap > bound)).sum())
-        return Comparison(name, max_abs, agree, len(ga), true_dis, bound)
-    return Comparison(name, max_abs, 0, 0, 0, bound)
+def _args(kind: str, source: str, name: Optional[str], options: dict):
+    """The CLI's parsed options for `kind SOURCE`, with the keywords the caller gave."""
+    from .export_cli import build_parser
+    args = build_parser().parse_args([kind, source, "-o", f"{name or 'model'}.json"])
+    for key, value in options.items():
+        if value is not None:
+            setattr(args, key, value)
+    args.option_names = PYTHON_NAMES
+    return args
 
 
-@dataclasses.dataclass
-class CheckReport:
-    comparisons: list[Comparison]
-    samples: int
-    engine: str  # path used, or why it was skipped
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.comparisons)
-
-    def text(self) -> str:
-        lines = [f"check on {self.samples} samples (bound: max |diff| <= {self.tolerance:g} * max(1, max |reference|), "
-                 f"and argmax equal wherever the reference's top-2 gap exceeds that bound); engine: {self.engine}"]
-        lines += [c.line() for c in self.comparisons]
-        lines.append("check passed" if self.ok else "CHECK FAILED")
-        return "\n".join(lines)
+def _run(args, load=None, *, check_count: int, use_engine: bool, log) -> Exported:
+    graph, tensors, source = (load or (lambda a: a.load(a, None)))(args)
+    report = check_export(graph, tensors, source,
+                          lambda g: check_batch(g, check_count, data=args.check_data),
+                          tolerance=args.tolerance, use_engine=use_engine, producer="cnnengine.export", log=log)
+    if not report.ok:
+        what = getattr(args, "source_name", None) or args.source
+        raise ExportError(f"numerical check failed for {what}:\n{report.text()}")
+    return Exported(graph, tensors, report)
 
 
-def check_batch(graph: dict, count: int = 256, seed: int = 0, data: str | None = None) -> np.ndarray:
-    """Inputs for the check: the first `count` samples of an IDX file, else seeded random ones."""
-    shape = tuple(graph["input"]["shape"])
-    if data:
-        x = datasets.read_idx(data)[:count]
-        x = x.reshape((len(x),) + shape)
-        return x
-    rng = np.random.default_rng(seed)
-    if graph["input"]["dtype"] == "uint8":
-        return rng.integers(0, 256, size=(count,) + shape, dtype=np.uint8)
-    return rng.standard_normal((count,) + shape).astype(np.float32)
+def _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms=None) -> dict:
+    return {"preset": preset, "scale": scale, "transforms": transforms,
+            "mean": None if mean is None else list(np.atleast_1d(mean)),
+            "std": None if std is None else list(np.atleast_1d(std)), "name": name,
+            "labels": None if labels is None else ",".join(labels), "tolerance": tolerance,
+            "check_data": None if check_data is None else os.fspath(check_data)}
 
 
-def check(model_path: pathlib.Path, batch: np.ndarray, source: Callable[[np.ndarray], np.ndarray] | None,
-          *, tolerance: float = DEFAULT_TOLERANCE, use_engine: bool = True) -> CheckReport:
-    """Runs the source (if any), the reference interpreter in float32 and float64, and the engine's
-    reference backend (if built) on `batch`; compares the first output."""
+def from_onnx(path: Union[str, os.PathLike], *, preset: Optional[str] = None, scale: Optional[float] = None,
+              mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+              transforms: Optional[str] = None, name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+              tolerance: float = DEFAULT_TOLERANCE, check_data: Union[str, os.PathLike, None] = None,
+              check_count: int = 256, use_engine: bool = True, log=print) -> Exported:
+    """An ONNX file as format v1, checked against the ONNX model itself. preset, scale/mean/std or
+    transforms (a torchvision pipeline as written in Python: "ToTensor(), Normalize(m, s)"): how raw
+    pixels become the model's input (required unless the model scales its own input)."""
+    name = name or pathlib.Path(path).stem
+    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms)
+    args = _args("onnx", os.fspath(path), name, options)
+    return _run(args, check_count=check_count, use_engine=use_engine, log=log)
+
+
+def from_keras(path: Union[str, os.PathLike], *, arch: Union[str, os.PathLike, None] = None,
+               preset: Optional[str] = None, scale: Optional[float] = None,
+               mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+               transforms: Optional[str] = None, name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+               tolerance: float = DEFAULT_TOLERANCE, check_data: Union[str, os.PathLike, None] = None,
+               check_count: int = 256, use_engine: bool = True, log=print) -> Exported:
+    """A Keras file (.keras, .h5; weights-only .h5 with arch= the model.to_json() file) as format v1.
+    A leading Rescaling layer states the preprocessing; otherwise give preset= or scale/mean/std."""
+    name = name or pathlib.Path(path).stem
+    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms)
+    options["arch"] = None if arch is None else os.fspath(arch)
+    args = _args("keras", os.fspath(path), name, options)
+    return _run(args, check_count=check_count, use_engine=use_engine, log=log)
+
+
+def from_torch(module: Any, example: Any, *, preset: Optional[str] = None, scale: Optional[float] = None,
+               mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+               transforms: Optional[str] = None, name: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+               input_shape: Optional[Sequence[int]] = None, tolerance: float = DEFAULT_TOLERANCE,
+               check_data: Union[str, os.PathLike, None] = None, check_count: int = 256,
+               use_engine: bool = True, log=print) -> Exported:
+    """Any torch.nn.Module as format v1. `example`: one input batch as the module takes it (float32
+    [N, C, H, W] or [N, K]); its per-sample shape is the model's input. input_shape: C,H,W of the raw
+    images where the module's input is larger (padded) or flat. The module is exported through
+    torch.onnx (eval mode: BatchNorm folds into the layer before it) and checked against itself."""
     import torch
-    model = read_model(model_path)
-    ref_module = model_to_torch(model)
-    with torch.no_grad():
-        xt = torch.from_numpy(np.ascontiguousarray(batch))
-        ref32 = _first(ref_module(xt)).numpy()
-        ref64 = _first(ref_module.to(torch.float64)(xt)).numpy()
-    comps = [compare("reference f32 vs reference f64", ref32, ref64, tolerance)]
-    if source is not None:
-        src = source(batch)
-        comps.insert(0, compare("source (PyTorch) vs reference f64", src, ref64, tolerance))
-        comps.insert(0, compare("source (PyTorch) vs reference f32", src, ref32, tolerance))
-    engine_note = "skipped (--no-engine)"
-    if use_engine:
-        engine = engine_binary()
-        if engine is None:
-            engine_note = f"not built (no $ENGINE_BIN, nor any of {', '.join(ENGINE_CANDIDATES)}): skipped"
-        elif model.graph["input"]["dtype"] != "uint8":
-            engine_note = f"{engine}: skipped, it reads uint8 data files and this input is float32"
-        else:
-            with tempfile.TemporaryDirectory() as tmp:
-                data = pathlib.Path(tmp) / "batch.idx"
-                c = batch.shape[1]
-                datasets.write_idx(data, batch[:, 0] if c == 1 else batch)
-                out = pathlib.Path(tmp) / "out.npy"
-                run_engine(engine, model_path, data, out)
-                eng = np.load(out)
-            comps.append(compare("engine cpu vs reference f64", eng, ref64, tolerance))
-            if source is not None:
-                comps.append(compare("engine cpu vs source (PyTorch)", eng, src, tolerance))
-            engine_note = str(engine)
-    return CheckReport(comps, len(batch), engine_note, tolerance)
 
-
-def _first(out):
-    return out[0] if isinstance(out, tuple) else out
-
-
-def model_to_torch(model: Model):
-    from .model_format import to_torch
-    return to_torch(model).eval()
-
-
-def torch_source(module, graph: dict) -> Callable[[np.ndarray], np.ndarray]:
-    """Runs `module` the way the exported graph sees data: preprocess without the pad (the module's
-    leading padding layers add it), in float32 on the CPU."""
-    import torch
-    unpadded = dict(graph)
-    if graph["input"]["dtype"] == "uint8":
-        inp = dict(graph["input"])
-        pre = dict(inp["preprocess"])
-        pre["pad"] = [0, 0, 0, 0]
-        inp["preprocess"] = pre
-        unpadded["input"] = inp
-
-    def run(batch: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(preprocess_numpy(unpadded, batch))
-        with torch.no_grad():
-            return _first(module.eval()(x)).to(torch.float32).numpy()
-    return run
-
-
-def export_checked(out_path: str | os.PathLike, graph: dict, tensors: dict[str, np.ndarray],
-                   source: Callable[[np.ndarray], np.ndarray] | None, batch_for: Callable[[dict], np.ndarray],
-                   *, tolerance: float = DEFAULT_TOLERANCE, use_engine: bool = True,
-                   producer: str = "tools/export", log=print) -> tuple[Model, CheckReport]:
-    """Writes the model into a scratch folder, checks it there, and only when the check passes
-    writes it to `out_path` (so a failed export leaves any earlier model in place). A source runner
-    with a `label` attribute (import_common.labeled) is named by it in the report instead of PyTorch."""
-    out_path = pathlib.Path(out_path)
-    graph = dict(graph)
-    graph["weights"] = {"file": out_path.with_suffix(".safetensors").name, "sha256": "0" * 64}
-    with tempfile.TemporaryDirectory() as tmp:
-        scratch = pathlib.Path(tmp) / out_path.name
-        try:
-            write_model(scratch, graph, tensors, producer=producer)
-        except ModelFormatError as e:
-            raise ExportError(f"the exported graph is not valid format v1: {e}") from None
-        report = check(scratch, batch_for(graph), source, tolerance=tolerance, use_engine=use_engine)
-        label = getattr(source, "label", None)
-        if label:
-            for c in report.comparisons:
-                c.name = c.name.replace("(PyTorch)", f"({label})")
-        log(report.text())
-        if not report.ok:
-            raise ExportError(f"numerical check failed; {out_path} was not written")
-    model = write_model(out_path, graph, tensors, producer=producer)
-    return model, report
+    from .torch_import import graph_from_module
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, not {type(module).__name__}")
+    name = name or type(module).__name__.lower()
+    options = _common(preset, scale, mean, std, name, labels, tolerance, check_data, transforms)
+    if input_shape is not None:
+        options["input_shape"] = ",".join(str(int(d)) for d in input_shape)
+    args = _args("onnx", f"{type(module).__name__}.onnx", name, options)
+    return _run(args, lambda a: graph_from_module(module, example, a), check_count=check_count,
+                use_engine=use_engine, log=log)

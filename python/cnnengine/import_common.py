@@ -1,9 +1,10 @@
 """What the Keras and ONNX importers share: the user's input preprocessing, node names, and the
 checked write that labels the source framework in the check's report.
 
-Neither Keras files nor ONNX files record how raw pixels become the model's input, so the user
-states it (--scale, --mean, --std, --pad, --input-shape); `input_spec` turns those options and the
-model's own input size into the graph's `input` object.
+Keras and ONNX files record how raw pixels become the model's input only where the model scales its
+own input; otherwise the user states it (export_args.preprocess_from: never guessed), with --pad and
+--input-shape for the raw image's size; `input_spec` turns those and the model's own input size into
+the graph's `input` object.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import re
 
 import numpy as np
 
-from . import datasets, export
-from .export_args import float_list, int_list, labels_from_arg
+from . import datasets
+from . import export_core as export
+from .export_args import int_list, labels_from_arg, preprocess_from
 
 
 class ImportFailure(export.ExportError):
@@ -31,12 +33,7 @@ def node_name(raw: str | None, fallback: str, taken: set[str]) -> str:
         name = fallback
     if name[0].isdigit():
         name = f"{fallback}_{name}"
-    base, k = name, 1
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
+    return export.unique_name(name, taken)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -92,8 +89,7 @@ def input_spec(args, like, model_shape: tuple[int, ...], what: str,
     The padding is --pad when given, else the difference between the model's input size and the
     raw image size (--input-shape, --like, --check-data's images, else 28x28 for a one-channel
     model of at least 28x28, else the model's own size), split evenly between the sides.
-    The scale is --scale, else --like's, else `default_scale` (an importer passes 1.0 for a model
-    that rescales raw pixels itself), else 1/255.
+    The scale, mean and std: see `preprocess_from`.
     Returns (spec, pad) where pad = [top, bottom, left, right] is the part the user's own
     preprocessing applies before the model (the source framework's input has that padding)."""
     if getattr(args, "input_dtype", "uint8") != "uint8":
@@ -138,32 +134,7 @@ def input_spec(args, like, model_shape: tuple[int, ...], what: str,
         if tuple(data_shape) != tuple(raw):
             raise ImportFailure(f"--check-data {args.check_data} holds {list(data_shape)} images but the model's "
                                 f"raw input is {list(raw)} ({origin}); give --pad or --input-shape to match")
-    channels = raw[0]
-    base = like.graph["input"].get("preprocess", {}) if like is not None else {}
-
-    def per_channel(text, key, default):
-        if text:
-            vals = float_list(text)
-        elif key in base and len(base[key]) == channels:
-            vals = list(base[key])
-        else:
-            vals = [default]
-        if len(vals) == 1:
-            vals = vals * channels
-        if len(vals) != channels:
-            raise ImportFailure(f"--{key} has {len(vals)} values for {channels} channel(s)")
-        return vals
-
-    if getattr(args, "scale", None):
-        scale = float(np.float32(args.scale))
-    elif "scale" in base:
-        scale = float(base["scale"])
-    elif default_scale is not None:
-        scale = float(np.float32(default_scale))
-    else:
-        scale = float(np.float32(1.0 / 255.0))
-    pre = {"scale": scale, "mean": per_channel(getattr(args, "mean", None), "mean", 0.0),
-           "std": per_channel(getattr(args, "std", None), "std", 1.0)}
+    pre = preprocess_from(args, like, raw[0], default_scale)
     if any(pad):
         pre["pad"] = list(pad)
         pre["pad_value"] = 0.0

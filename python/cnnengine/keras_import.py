@@ -35,7 +35,7 @@ import zipfile
 import numpy as np
 
 from . import import_common as ic
-from .export import graph_object
+from .export_core import graph_object
 from .export_args import add_common_args
 from .import_common import ImportFailure
 from .importers import keras_layers as kl
@@ -710,9 +710,9 @@ def register(sub) -> None:
                     "BatchNormalization and Rescaling are folded into the Conv2D/Dense before them, the "
                     "next Dense or 'valid' Conv2D, or (a leading Rescaling) the input preprocessing, and become a "
                     "scale_shift node where no fold is exact; Concatenate along the channel axis becomes a concat "
-                    "node. Keras files do not record input "
-                    "preprocessing: state it with --scale (default 1/255, or 1 when the model starts with "
-                    "Rescaling), --mean, --std and --pad. The check runs Keras itself for files Keras 3 wrote (when "
+                    "node. A model that starts with Rescaling is fed raw pixels; for any other, state the "
+                    "preprocessing (--preset, --transforms or --scale/--mean/--std) or let --check-labels pick "
+                    "it; --pad for padding your code adds. The check runs Keras itself for files Keras 3 wrote (when "
                     "installed), else an independent NumPy NHWC implementation of the layers, next to the "
                     "exported graph and the engine.")
     p.add_argument("source", help="Keras file (.keras or .h5)")

@@ -12,19 +12,22 @@ computes the pads of F.pad and the target shape of `x.view(x.size(0), -1)` that 
 size in a Shape is a marker that only a Reshape's batch dimension may use.
 
 The model input (NCHW float, or [N, K]) becomes a uint8 input with the preprocessing the user
-states (--scale, default 1/255; --mean; --std; --pad). The check runs the ONNX model itself
-(onnx.reference.ReferenceEvaluator when the installed onnx has it, else onnx_reference) next to the
-exported graph and the engine.
+states (--preset, or --scale/--mean/--std; --pad). A model whose input goes first through a Div,
+Mul, Sub or Add of a constant scales its own input: it is fed raw values (scale 1) unless the user
+states otherwise, and such leading scale_shift nodes move into the input's preprocessing.
+The check runs the ONNX model itself (onnx.reference.ReferenceEvaluator when the installed onnx has
+it, else onnx_reference) next to the exported graph and the engine.
 """
 from __future__ import annotations
 
+import json
 import pathlib
 
 import numpy as np
 
 from . import import_common as ic
 from . import onnx_reference
-from .export import graph_object
+from .export_core import graph_object
 from .export_args import add_common_args
 from .import_common import ImportFailure
 from .importers import onnx_ops
@@ -120,12 +123,56 @@ def _outputs(b: onnx_ops.OnnxBuild, g, path: str) -> list[str]:
     return outputs
 
 
+LEADING_AFFINE = ("Div", "Mul", "Sub", "Add")
+
+
+def _scales_own_input(g, input_name: str, consts: dict) -> bool:
+    """Whether the model's input goes first through one Div/Mul/Sub/Add of a constant (x / 255,
+    x - mean): the model then preprocesses raw values itself."""
+    constant = set(consts) | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    readers = [n for n in g.node if input_name in n.input]
+    return (len(readers) == 1 and readers[0].op_type in LEADING_AFFINE and len(readers[0].input) == 2
+            and any(v in constant for v in readers[0].input if v != input_name))
+
+
+def _fold_leading_scale_shift(graph: dict, tensors: dict) -> int:
+    """Moves scale_shift nodes that read the model input straight into its preprocessing:
+    ((u * s - m) / std) * a + b is (u * s - (m - b * std / a)) / (std / a). Returns how many moved.
+    Not with a preprocess pad, which the engine applies after the scaling."""
+    pre = graph["input"]["preprocess"]
+    moved = 0
+    while not any(pre.get("pad", [0])):
+        readers = [n for n in graph["nodes"] if graph["input"]["name"] in n["inputs"]]
+        if len(readers) != 1 or readers[0]["op"] != "scale_shift":
+            break
+        node = readers[0]
+        a = tensors[node["tensors"]["scale"]].astype(np.float64)
+        b = tensors[node["tensors"]["shift"]].astype(np.float64)
+        if len(a) != len(pre["std"]) or np.any(a <= 0):
+            break
+        std = np.asarray(pre["std"], np.float64)
+        pre["mean"] = [float(x) for x in np.asarray(pre["mean"], np.float64) - b * std / a]
+        pre["std"] = [float(x) for x in std / a]
+        for role in ("scale", "shift"):
+            del tensors[node["tensors"][role]]
+        graph["nodes"].remove(node)
+        for n in graph["nodes"]:
+            n["inputs"] = [graph["input"]["name"] if v == node["name"] else v for v in n["inputs"]]
+        graph["outputs"] = [graph["input"]["name"] if v == node["name"] else v for v in graph["outputs"]]
+        moved += 1
+    return moved
+
+
 def graph_from_onnx(model, args, like, *, name: str, labels, description: str | None, path: str = "model"):
-    """(graph, tensors, user pad, input layout (nchw, nhwc, hw, raw_flat), static batch or None)."""
+    """(graph, tensors, user pad, input layout (nchw, nhwc, hw, raw_flat), static batch or None,
+    the input spec of what the user's code does before the ONNX model)."""
     g = model.graph
     consts: dict[str, np.ndarray] = {t.name: onnx_reference._to_array(t) for t in g.initializer}
     inp, model_shape, layout, static_batch = _model_input(g, consts, path)
-    spec, user_pad = ic.input_spec(args, like, model_shape, "the ONNX model")
+    # A model that scales its own input is fed raw values (0..255) by its users.
+    spec, user_pad = ic.input_spec(args, like, model_shape, "the ONNX model",
+                                   default_scale=1.0 if _scales_own_input(g, inp.name, consts) else None)
+    user_spec = json.loads(json.dumps(spec))
     consumers: dict[str, int] = {}
     for v in [v for n in g.node for v in n.input] + [o.name for o in g.output]:
         consumers[v] = consumers.get(v, 0) + 1
@@ -145,7 +192,8 @@ def graph_from_onnx(model, args, like, *, name: str, labels, description: str | 
         spec["preprocess"]["pad"] = b.input_pad
         spec["preprocess"]["pad_value"] = b.pad_value
     graph = graph_object(name, description, spec, labels, b.nodes, outputs)
-    return graph, b.tensors, user_pad, layout, static_batch
+    _fold_leading_scale_shift(graph, b.tensors)
+    return graph, b.tensors, user_pad, layout, static_batch, user_spec
 
 
 def onnx_source(model, spec: dict, user_pad: list[int], layout: str, static_batch: int | None):
@@ -173,6 +221,7 @@ def onnx_source(model, spec: dict, user_pad: list[int], layout: str, static_batc
                 chunk = np.concatenate([chunk, np.zeros((short,) + chunk.shape[1:], chunk.dtype)])
             outs.append(np.asarray(run_feeds({name: np.ascontiguousarray(chunk)}), np.float32)[:len(chunk) - short])
         return np.concatenate(outs)
+    run.user_spec, run.user_pad = spec, user_pad  # what the user's code does before the model
     return ic.labeled(run, label)
 
 
@@ -183,9 +232,9 @@ def load(args, like):
     producer = f"{model.producer_name} {model.producer_version}".strip() or "unknown producer"
     description = args.description or (f"imported from ONNX file {pathlib.Path(args.source).name} "
                                        f"({producer}, opset {onnx_reference.opset_of(model)})")
-    graph, tensors, user_pad, layout, static_batch = graph_from_onnx(
+    graph, tensors, user_pad, layout, static_batch, user_spec = graph_from_onnx(
         model, args, like, name=name, labels=labels, description=description, path=args.source)
-    return graph, tensors, onnx_source(model, graph["input"], user_pad, layout, static_batch)
+    return graph, tensors, onnx_source(model, user_spec, user_pad, layout, static_batch)
 
 
 def register(sub) -> None:
@@ -200,7 +249,8 @@ def register(sub) -> None:
                     "scale_shift node (e.g. BatchNorm after pooling); Concat of computed values along the channel "
                     "axis becomes a concat node. "
                     "The model's float input becomes a uint8 input with the preprocessing you state "
-                    "(--scale, default 1/255; --mean; --std; --pad). The check runs the ONNX model itself "
+                    "(--preset, or --scale/--mean/--std; --pad), or (a leading Div/Mul/Sub/Add of a constant) "
+                    "raw values that the model scales itself. The check runs the ONNX model itself "
                     "(onnx.reference if installed, else a NumPy evaluator) next to the graph and the engine.")
     p.add_argument("source", help="ONNX model file (.onnx)")
     p.add_argument("--pad", help="zero padding the user's code adds around each raw image before the model: P "

@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from . import datasets, export, lenet5
+    from . import datasets, lenet5
+    from . import export_core as export
     from .model_format import read_model, to_torch
 
     torch.set_num_threads(args.threads)

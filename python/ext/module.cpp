@@ -10,10 +10,12 @@
 #include <nanobind/stl/vector.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,10 +87,9 @@ int64_t check_images(const Session& session, const nb::ndarray<nb::ro>& images) 
   return int64_t(images.shape(0));
 }
 
-nb::ndarray<nb::numpy, float, nb::ndim<2>> run_images(Session& session, const nb::ndarray<nb::ro>& images) {
+// One output per graph output, each [N, *its per-sample shape] (the first is the old [N, classes]).
+nb::list run_images(Session& session, const nb::ndarray<nb::ro>& images) {
   const int64_t n = check_images(session, images);
-  const int64_t k = session.classes();
-  auto out = std::make_unique<float[]>(size_t(n * k));
   const int device = images.device_type();
   const bool on_host = device == nb::device::cpu::value || device == nb::device::cuda_host::value;
   const bool on_gpu = device == nb::device::cuda::value || device == nb::device::cuda_managed::value;
@@ -102,16 +103,58 @@ nb::ndarray<nb::numpy, float, nb::ndim<2>> run_images(Session& session, const nb
                                       "memory (tensor.cpu()) or load the model with a GPU backend",
                                       session.backend().name())
                               .c_str());
+  std::vector<std::unique_ptr<float[]>> buffers;
+  std::vector<float*> pointers;
+  for (size_t i = 0; i < session.output_count(); ++i) {
+    buffers.push_back(std::make_unique<float[]>(size_t(std::max<int64_t>(1, n * session.output_elements(i)))));
+    pointers.push_back(buffers.back().get());
+  }
   if (n > 0) {
     nb::gil_scoped_release release;  // other Python threads run while the engine classifies
-    if (on_gpu)
-      session.run_device(images.data(), n, out.get());
-    else
-      session.run(images.data(), n, out.get());
+    session.run_outputs(images.data(), n, pointers, on_gpu);
   }
-  float* data = out.release();
-  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-  return nb::ndarray<nb::numpy, float, nb::ndim<2>>(data, {size_t(n), size_t(k)}, owner);
+  nb::list out;
+  const formats::Model& model = session.model();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    std::vector<size_t> shape{size_t(n)};
+    for (auto d : model.value_shape(model.outputs[i])) shape.push_back(size_t(d));
+    float* data = buffers[i].release();
+    nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+    out.append(nb::ndarray<nb::numpy, float>(data, shape.size(), shape.data(), owner));
+  }
+  return out;
+}
+
+// The model with `outputs` (node names; empty: its own) as its outputs, the nodes no output needs
+// dropped, and, where `preprocessed`, a float32 input of the shape its first nodes see (the caller
+// has applied the preprocessing and padding).
+std::shared_ptr<const formats::Model> model_variant(std::shared_ptr<const formats::Model> model,
+                                                    const std::vector<std::string>& outputs, bool preprocessed) {
+  if (outputs.empty() && !preprocessed) return model;
+  auto v = std::make_shared<formats::Model>(*model);
+  if (!outputs.empty()) {
+    for (const auto& name : outputs)
+      if (!model->find_node(name))
+        throw nb::value_error(fmt::format("model '{}' has no node '{}'; its nodes: {}", model->name, name,
+                                          fmt::join([&] {
+                                            std::vector<std::string> names;
+                                            for (const auto& n : model->nodes) names.push_back(n.name);
+                                            return names;
+                                          }(),
+                                                    ", "))
+                                  .c_str());
+    v->outputs = outputs;
+    std::set<std::string> needed(outputs.begin(), outputs.end());
+    for (auto it = model->nodes.rbegin(); it != model->nodes.rend(); ++it)
+      if (needed.count(it->name)) needed.insert(it->inputs.begin(), it->inputs.end());
+    std::erase_if(v->nodes, [&](const formats::Node& n) { return !needed.count(n.name); });
+  }
+  if (preprocessed && v->input.dtype == formats::InputDType::UInt8) {
+    v->input.dtype = formats::InputDType::Float32;
+    v->input.raw_shape = v->input.shape;
+    v->input.preprocess.reset();
+  }
+  return v;
 }
 
 nb::list shape_list(const formats::Shape& s) {
@@ -161,7 +204,7 @@ nb::dict session_info(const Session& s) {
 
 std::unique_ptr<Session> make_session(const std::string& path, const std::string& backend, const std::string& precision,
                                       std::optional<int> max_batch, int threads, bool fuse, bool deterministic,
-                                      bool cuda_graph) {
+                                      bool cuda_graph, const std::vector<std::string>& outputs, bool preprocessed) {
   SessionOptions o;
   o.backend = backend;
   if (const auto p = engine::parse_precision(precision))
@@ -178,7 +221,9 @@ std::unique_ptr<Session> make_session(const std::string& path, const std::string
   o.deterministic = deterministic;
   o.cuda_graph = cuda_graph;
   nb::gil_scoped_release release;  // compiling for a GPU uploads weights and may take a while
-  return std::make_unique<Session>(path, o);
+  auto engine_backend = engine::api::open_backend(backend);  // a wrong name fails before the model loads
+  auto model = model_variant(engine::api::load_runnable_model(path), outputs, preprocessed);
+  return std::make_unique<Session>(std::move(engine_backend), std::move(model), o);
 }
 
 }  // namespace
@@ -232,7 +277,8 @@ NB_MODULE(_engine, m) {
 
   nb::class_<Session>(m, "Session")
       .def(nb::new_(&make_session), "path"_a, "backend"_a = "", "precision"_a = "fp32", "max_batch"_a = nb::none(),
-           "threads"_a = 0, "fuse"_a = true, "deterministic"_a = true, "cuda_graph"_a = true)
+           "threads"_a = 0, "fuse"_a = true, "deterministic"_a = true, "cuda_graph"_a = true,
+           "outputs"_a = std::vector<std::string>{}, "preprocessed"_a = false)
       .def_prop_ro("name", [](const Session& s) { return s.model().name; })
       .def_prop_ro("backend", [](const Session& s) { return s.backend().name(); })
       .def_prop_ro("device", [](const Session& s) { return s.backend().description(); })
@@ -251,7 +297,13 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("max_batch", &Session::max_batch)
       .def_prop_ro("accepts_device_input", &Session::accepts_device_input)
       .def("info", &session_info)
+      .def_prop_ro("outputs", [](const Session& s) { return s.model().outputs; })
+      .def_prop_ro("model_input_shape",
+                   [](const Session& s) {
+                     const auto& r = s.model().input.shape;
+                     return nb::make_tuple(r[0], r[1], r[2]);
+                   })
       .def("run", &run_images, "images"_a,
-           "float32 [N, classes] outputs for images [N, H, W] or [N, C, H, W] (host memory, or GPU memory on a GPU "
-           "backend); the GIL is released while the engine runs.");
+           "One float32 array [N, *shape] per output for images [N, H, W] or [N, C, H, W] (host memory, or GPU "
+           "memory on a GPU backend); the GIL is released while the engine runs.");
 }

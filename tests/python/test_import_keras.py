@@ -30,7 +30,21 @@ def mnist_t10k():
         pytest.skip(str(e))
 
 
+PREPROCESSING_OPTIONS = ("--preset", "--transforms", "--scale", "--mean", "--std", "--like", "--check-labels", "--help")
+
+
+def stated(argv) -> list:
+    """argv with `--preset unit` (x/255, what these tests' models take) unless it states the
+    preprocessing or takes it from --like: an export never assumes it."""
+    argv = [str(a) for a in argv]
+    return argv if any(a in PREPROCESSING_OPTIONS for a in argv) else argv + ["--preset", "unit"]
+
+
 def run(capsys, *argv):
+    return run_as_given(capsys, *stated(argv))
+
+
+def run_as_given(capsys, *argv):
     rc = export_cli.main([str(a) for a in argv])
     out = capsys.readouterr()
     return rc, out.out, out.err
@@ -41,7 +55,7 @@ def assert_checked(rc, out, err, label="Keras NumPy NHWC reference"):
     assert "check passed" in out
     assert f"source ({label}) vs reference f64" in out
     if ENGINE is not None:
-        assert f"engine cpu vs source ({label})" in out
+        assert "engine cpu vs reference f64" in out
 
 
 def rand(rng, *shape, scale=0.3):
@@ -89,7 +103,7 @@ def test_full_model_every_layer_through_the_script(tmp_path):
     out = tmp_path / "every.json"
     env = dict(os.environ, PYTHONPATH=str(REPO / "tools"))
     r = subprocess.run([sys.executable, str(REPO / "tools" / "export"), "keras", str(src), "-o", str(out),
-                        "--input-shape", "1,12,11", "--mean", "0.5", "--std", "0.25",
+                        "--input-shape", "1,12,11", "--scale", "0.00392156862745098", "--mean", "0.5", "--std", "0.25",
                         "--labels", "a,b,c,d,e", "--check-count", "64"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert_checked(r.returncode, r.stdout, r.stderr)
@@ -492,7 +506,8 @@ def test_keras3_zip_weights_by_class_paths(tmp_path, capsys):
     rng = np.random.default_rng(20)
     config, weights = keras3_zip(tmp_path / "m.keras", rng)
     out = tmp_path / "m.json"
-    rc, o, e = run(capsys, "keras", tmp_path / "m.keras", "-o", out, "--check-count", "64")
+    # No preprocessing option: the model's Rescaling states it.
+    rc, o, e = run_as_given(capsys, "keras", tmp_path / "m.keras", "-o", out, "--check-count", "64")
     assert rc == 0 and "check passed" in o, o + e
     model = mf.read_model(out)
     g = model.graph

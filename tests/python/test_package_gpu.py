@@ -92,8 +92,10 @@ def test_cuda_tensor_refusals(mnist):
     if backend is None:
         pytest.skip("no GPU backend can run here")
     m = cnnengine.load(LENET, backend=backend, max_batch=64)
-    with pytest.raises(ValueError, match="not C-contiguous"):
-        m.run(torch.from_numpy(mnist[:4]).cuda().transpose(1, 2))
-    with pytest.raises(ValueError, match="images are float32"):
+    # A non-contiguous CUDA tensor is made contiguous on the GPU, as a CPU one is read with its strides.
+    transposed = torch.from_numpy(mnist[:4]).cuda().transpose(1, 2)
+    assert np.array_equal(m.run(transposed), m.run(np.ascontiguousarray(mnist[:4].transpose(0, 2, 1))))
+    # float32 is input already preprocessed: of the padded shape the first layer sees.
+    with pytest.raises(ValueError, match=r"images have shape \(4, 28, 28\) but model 'lenet5' takes float32"):
         m.run(torch.zeros((4, 28, 28), device="cuda"))
     assert m.run(torch.from_numpy(mnist[:4]).cuda()).shape == (4, 10)  # still usable
