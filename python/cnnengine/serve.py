@@ -41,17 +41,19 @@ def free_ports(count: int) -> list[int]:
 
 
 class ServerProcess:
-    """cnnengine-serve (`python -m cnnengine.serve`) in a child process on loopback ports, ready (every model loaded) on __enter__,
-    stopped (SIGTERM, then SIGKILL after `stop_timeout`) on __exit__. Its output goes to `log`."""
+    """cnnengine-serve (`python -m cnnengine.serve`, as the console script runs it) in a child process on
+    loopback ports, ready (every model loaded) on __enter__, stopped (SIGTERM, then SIGKILL after
+    `stop_timeout`) on __exit__. Its output goes to `log`."""
 
     def __init__(self, models: Sequence[str], extra_args: Sequence[str] = (), log=None,
-                 start_timeout: float = 180.0, stop_timeout: float = 30.0):
+                 start_timeout: float = 180.0, stop_timeout: float = 30.0, ssl_context=None):
         self.models = [str(m) for m in models]
         self.extra_args = list(extra_args)
         self.log = log
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.ssl_context = ssl_context  # an https client context for a server started with --tls-cert
         self.proc = None
 
     @property
@@ -74,8 +76,7 @@ class ServerProcess:
     def __enter__(self) -> "ServerProcess":
         import subprocess
         import time
-
-        import tritonclient.http as httpclient
+        import urllib.request
 
         # No --address: the server's default (loopback) is what the tests see.
         cmd = [sys.executable, "-m", "cnnengine.serve", *self.models,
@@ -83,24 +84,32 @@ class ServerProcess:
                "--metrics-port", str(self.metrics_port), *self.extra_args]
         self.proc = subprocess.Popen(cmd, stdout=self.log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.start_timeout
-        client = httpclient.InferenceServerClient(self.http_url)
+        scheme = "https" if self.ssl_context else "http"
         try:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"cnnengine-serve exited with {self.proc.returncode} before it was ready")
                 try:
                     # Ready means every model is loaded: the server listens only after loading them.
-                    if client.is_server_ready():
-                        return self
-                except Exception:  # not listening yet
+                    with urllib.request.urlopen(f"{scheme}://{self.http_url}/v2/health/ready", timeout=5,
+                                                context=self.ssl_context) as r:
+                        if r.status == 200:
+                            return self
+                except OSError:  # not listening yet
                     pass
-                time.sleep(0.5)
+                time.sleep(0.2)
             raise TimeoutError(f"cnnengine-serve was not ready within {self.start_timeout:.0f} s")
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        finally:
-            client.close()
+
+    def server_pid(self) -> int | None:
+        """The pid of the server process the supervisor runs now (None while there is none)."""
+        for task in pathlib.Path(f"/proc/{self.proc.pid}/task").glob("*"):
+            children = (task / "children").read_text().split()
+            if children:
+                return int(children[0])
+        return None
 
     def __exit__(self, *exc) -> None:
         import subprocess

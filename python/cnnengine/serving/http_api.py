@@ -39,6 +39,8 @@ async def _errors(request: web.Request, handler):
         return _error(e.http_status, str(e))
     except web.HTTPRequestEntityTooLarge:
         return _error(TOO_LARGE[0], "request body is larger than the server accepts")
+    except web.RequestPayloadError:  # a body cut short, or a Content-Encoding it does not have
+        return _error(400, "request body could not be read")
     except web.HTTPException as e:
         if e.status < 400:
             raise
