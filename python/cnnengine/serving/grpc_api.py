@@ -155,11 +155,14 @@ def make_server(service: InferenceService, address: str, tls: tuple[bytes, bytes
                                       ("grpc.max_send_message_length", limit),
                                       ("grpc.so_reuseport", 0)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(service), server)
-    if tls:
-        key, cert = tls
-        port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
-    else:
-        port = server.add_insecure_port(address)
+    try:
+        if tls:
+            key, cert = tls
+            port = server.add_secure_port(address, grpc.ssl_server_credentials([(key, cert)]))
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError:  # grpcio's way of saying the bind failed
+        port = 0
     if not port:
-        raise OSError(f"cannot listen for gRPC on {address}")
+        raise OSError(f"cannot listen for gRPC on {address} (address in use, or not an address of this machine)")
     return server
