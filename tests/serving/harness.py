@@ -53,27 +53,25 @@ def server(tmp_path_factory):
     print(log_path.read_text(errors="replace")[-4000:])  # shown by pytest when a test fails
 
 
-def valid_http(server, x, headers=None, ssl_context=None) -> np.ndarray:
-    import tritonclient.http as tc
-    client = tc.InferenceServerClient(server.http_url, ssl=ssl_context is not None,
-                                      ssl_context_factory=(lambda: ssl_context) if ssl_context else None)
+def _infer(tc, client, x, headers) -> np.ndarray:
     try:
         inp = tc.InferInput("image", list(x.shape), "UINT8")
         inp.set_data_from_numpy(x)
         return client.infer("lenet5", [inp], headers=headers).as_numpy(OUTPUT_PROBABILITIES)
     finally:
         client.close()
+
+
+def valid_http(server, x, headers=None, ssl_context=None) -> np.ndarray:
+    import tritonclient.http as tc
+    return _infer(tc, tc.InferenceServerClient(server.http_url, ssl=ssl_context is not None,
+                                               ssl_context_factory=(lambda: ssl_context) if ssl_context else None),
+                  x, headers)
 
 
 def valid_grpc(server, x, headers=None) -> np.ndarray:
     import tritonclient.grpc as tc
-    client = tc.InferenceServerClient(server.grpc_url)
-    try:
-        inp = tc.InferInput("image", list(x.shape), "UINT8")
-        inp.set_data_from_numpy(x)
-        return client.infer("lenet5", [inp], headers=headers).as_numpy(OUTPUT_PROBABILITIES)
-    finally:
-        client.close()
+    return _infer(tc, tc.InferenceServerClient(server.grpc_url), x, headers)
 
 
 def assert_still_serving(server, images, expected) -> None:

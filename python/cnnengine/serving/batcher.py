@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .model import ServedModel
-from .requests import UNAVAILABLE, RequestError
+from .validation import UNAVAILABLE, RequestError
 
 LOG = logging.getLogger("cnnengine.serve")
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 
 import grpc
+import numpy as np
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from .model import OUTPUT_DATATYPES
-from .requests import NOT_FOUND, RequestError, check_outputs, check_shape, from_bytes
+from .validation import NOT_FOUND, RequestError, check_outputs, check_shape, from_bytes, from_json
 from .service import InferenceService
 
 LOG = logging.getLogger("cnnengine.serve")
@@ -24,9 +25,6 @@ def message_limit(service: InferenceService) -> int:
 
 def _contents_array(model, batch: int, tensor):
     """The input from typed contents (uint_contents for UINT8, fp32_contents for FP32)."""
-    import numpy as np
-
-    from .requests import from_json
     c = tensor.contents
     values = list(c.uint_contents) if model.datatype == "UINT8" else list(c.fp32_contents)
     others = (len(c.int_contents) + len(c.int64_contents) + len(c.uint64_contents) + len(c.bool_contents)
@@ -77,13 +75,15 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         md = self.s.metadata()
         return service_pb2.ServerMetadataResponse(name=md["name"], version=md["version"], extensions=md["extensions"])
 
-    async def ModelMetadata(self, request, context):
+    async def _authorized_model(self, request, context):
         try:
             self._auth(context)
-            m = self._model(request.name, request.version)
+            return self._model(request.name, request.version)
         except RequestError as e:
             await self._abort(context, e)
-        md = m.metadata()
+
+    async def ModelMetadata(self, request, context):
+        md = (await self._authorized_model(request, context)).metadata()
         r = service_pb2.ModelMetadataResponse(name=md["name"], versions=md["versions"], platform=md["platform"])
         for kind, entries in (("inputs", md["inputs"]), ("outputs", md["outputs"])):
             for t in entries:
@@ -91,12 +91,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return r
 
     async def ModelConfig(self, request, context):
-        try:
-            self._auth(context)
-            m = self._model(request.name, request.version)
-        except RequestError as e:
-            await self._abort(context, e)
-        cfg = m.config()
+        cfg = (await self._authorized_model(request, context)).config()
         c = model_config_pb2.ModelConfig(name=cfg["name"], platform=cfg["platform"],
                                          max_batch_size=cfg["max_batch_size"])
         for kind, entries in (("input", cfg["input"]), ("output", cfg["output"])):

@@ -11,7 +11,7 @@ import numpy as np
 from aiohttp import web
 
 from .model import OUTPUT_DATATYPES
-from .requests import NOT_FOUND, TOO_LARGE, RequestError, check_outputs, check_shape, from_bytes, \
+from .validation import NOT_FOUND, TOO_LARGE, RequestError, check_outputs, check_shape, from_bytes, \
     from_json, reject_json_constant
 from .service import InferenceService
 

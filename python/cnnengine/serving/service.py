@@ -9,7 +9,7 @@ import numpy as np
 from .batcher import Batcher
 from .metrics import Metrics
 from .model import OUTPUT_CLASSES, OUTPUT_PROBABILITIES, ServedModel
-from .requests import NOT_FOUND, UNAUTHENTICATED, RequestError
+from .validation import NOT_FOUND, UNAUTHENTICATED, RequestError
 
 SERVER_NAME = "cnnengine"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
