@@ -66,7 +66,8 @@ def value_cases():
     cases = [body(request(data=[0] * 783 + [v])) for v in bad]
     cases += [body(request(data=[v] * 784)) for v in bad]
     cases += [b'{"inputs":[{"name":"image","shape":[1,28,28],"datatype":"UINT8","data":[' + b"0," * 783 + c + b"]}]}"
-              for c in (b"NaN", b"Infinity", b"-Infinity", b"1e999", b"0x10", b"00", b"+1", b"'1'")]
+              for c in (b"NaN", b"Infinity", b"-Infinity", b"1e999", b"0x10", b"00", b"+1", b"'1'", b"9" * 5000)]
+    cases.append(b'{"inputs":[{"name":"image","shape":[' + b"1" * 5000 + b',28,28],"datatype":"UINT8","data":[0]}]}')
     cases += [body(request(data=[0] * n)) for n in (0, 1, 783, 785, 1568)]
     cases.append(body(request(data="AAAA")))
     cases.append(body(request(data={"a": 1})))
@@ -107,8 +108,10 @@ def binary_cases():
                                      "parameters": {"binary_data_size": 784}}]}).encode()
     for data, length in ((bytes(783), len(header)), (bytes(785), len(header)), (bytes(784), len(header) + 1),
                          (bytes(784), len(header) - 1), (bytes(784), 10**12), (bytes(784), -1), (bytes(784), "x"),
+                         (bytes(784), b"\xc2\xb2"), (bytes(784), b"\xef\xbc\x91\xef\xbc\x92"), (bytes(784), "1_0"),
                          (b"", len(header)), (bytes(784), 0)):
-        cases.append((header + data, {"Inference-Header-Content-Length": str(length)}))
+        cases.append((header + data, {"Inference-Header-Content-Length": length if isinstance(length, bytes)
+                                      else str(length)}))
     for size in (-1, 10**12, "784", 1.5, None, 2**64):
         h = json.dumps({"inputs": [{"name": "image", "shape": [1, 28, 28], "datatype": "UINT8",
                                     "parameters": {"binary_data_size": size}}]}).encode()

@@ -59,13 +59,15 @@ def _json(request_body: bytes):
         raise RequestError("request JSON is not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise RequestError(f"request body is not JSON: {e.msg} at offset {e.pos}") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise RequestError("request JSON holds a number too long to read") from None
 
 
 def _split_body(request: web.Request, body: bytes) -> tuple[bytes, memoryview]:
     header = request.headers.get("Inference-Header-Content-Length")
     if header is None:
         return body, memoryview(b"")
-    if not header.isdigit() or int(header) > len(body):
+    if not (header.isascii() and header.isdigit()) or int(header) > len(body):
         raise RequestError(f"Inference-Header-Content-Length {header[:20]!r} is not a length within the "
                            f"{len(body)}-byte body")
     return body[:int(header)], memoryview(body)[int(header):]

@@ -89,7 +89,10 @@ def from_json(model: ServedModel, batch: int, data) -> np.ndarray:
             raise RequestError(f"input '{model.input_name}': UINT8 value {low if low < 0 else high} is outside 0..255")
         array = np.array(values, dtype=np.uint8)
     else:
-        array = np.array(values, dtype=np.float64)
+        try:
+            array = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer beyond any float
+            array = np.array([np.inf])
         if not np.all(np.abs(array) <= np.finfo(np.float32).max):
             raise RequestError(f"input '{model.input_name}': FP32 data must be finite numbers within FP32's range")
         array = array.astype(np.float32)
