@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from harness import LENET, assert_still_serving, start_server
+from harness import LENET, REPO, assert_still_serving, start_server
 from test_malformed_http import INFER, body, request, send
 from cnnengine.serve import free_ports, scrape_metrics
 
@@ -148,3 +148,16 @@ def test_metrics_count_refusals(server):
     send(server, "POST", INFER, body(request(data=[256] * 784)))
     after = scrape_metrics(server.metrics_url, "lenet5")
     assert after["cnnengine_inference_request_failure"] - before.get("cnnengine_inference_request_failure", 0) == 1
+
+
+def test_refuses_a_model_that_takes_no_image(tmp_path):
+    """A model whose input is not [C, H, W] (the fuzz seeds' dense float model): one error line, exit 1."""
+    import shutil
+    seeds = REPO / "tests" / "fuzz" / "seeds"
+    shutil.copy(seeds / "graph" / "float-input.json", tmp_path)
+    shutil.copy(seeds / "float-input.safetensors", tmp_path)
+    r = subprocess.run([sys.executable, "-m", "cnnengine.serve", str(tmp_path / "float-input.json"), "--backend", "cpu"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("serve: error:")]
+    assert len(errors) == 1 and "not an image [C, H, W]" in errors[0], r.stderr

@@ -32,6 +32,10 @@ def load_models(args) -> dict[str, ServedModel]:
                                     max_batch=args.max_batch, threads=args.threads)
                      for _ in range(args.instances)]
         name = instances[0].name
+        raw_shape = instances[0].info()["input"]["raw_shape"]
+        if len(raw_shape) != 3:
+            raise ValueError(f"{path}: model '{name}' takes input of shape {raw_shape}, not an image [C, H, W]; "
+                             f"the server serves image models")
         if name in models:
             raise ValueError(f"two models are named '{name}' ({path} is the second)")
         models[name] = ServedModel(name, instances, args.max_batch, args.max_queue_delay_us, args.precision)
