@@ -10,7 +10,7 @@ The engine itself (a compiled extension, installed by `pip install .`):
 
 and the pure-Python side, which needs no compiled code: model format v1 I/O (model_format), a
 PyTorch reference interpreter, the seeds' LeNet-5, dataset readers, the exporters (export,
-keras_import, onnx_import) and the Triton server (serve). The wheel's console scripts: `engine`
+keras_import, onnx_import) and the inference server (serve, serving). The wheel's console scripts: `engine`
 (the engine command shipped in cnnengine/bin), `cnnengine-export` and `cnnengine-serve`.
 """
 _RUNTIME_NAMES = ("load", "backends", "Model", "EngineError")
