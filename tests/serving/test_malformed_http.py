@@ -217,7 +217,23 @@ def test_slow_and_vanishing_clients(server, images, expected):
     for s in slow:
         s.close()
     SENT["count"] += len(slow)
-    for _ in range(10):  # declared a large body, sent a little, went away
+    trickling = []  # large bodies trickled by many clients: large ones are refused as busy, small ones served
+    for _ in range(40):
+        s = socket.create_connection(("127.0.0.1", server.http_port))
+        s.sendall(f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: 400000\r\n\r\n".encode() + b"{")
+        trickling.append(s)
+    time.sleep(0.5)
+    assert_still_serving(server, images, expected)
+    status, reply = send(server, "POST", INFER, b"[" * 300000)
+    assert status == 503 and b"too many large requests" in reply, (status, reply[:200])
+    for s in trickling:
+        s.close()
+    SENT["count"] += len(trickling) + 1
+    deadline = time.monotonic() + 10  # the server notices the closed connections
+    while send(server, "POST", INFER, b"[" * 300000)[0] == 503 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert send(server, "POST", INFER, b"[" * 300000)[0] == 400
+    for _ in range(10):  # declared a body over the limit, sent a little, went away
         s = socket.create_connection(("127.0.0.1", server.http_port))
         s.sendall(f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n".encode() + b"{" * 1000)
         s.close()

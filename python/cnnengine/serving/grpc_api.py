@@ -15,6 +15,7 @@ from .service import InferenceService
 
 LOG = logging.getLogger("cnnengine.serve")
 HEADROOM = 64 * 1024
+MAX_CONCURRENT_CALLS = 256
 
 
 def message_limit(service: InferenceService) -> int:
@@ -146,7 +147,10 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
 def make_server(service: InferenceService, address: str, tls: tuple[bytes, bytes] | None) -> grpc.aio.Server:
     limit = message_limit(service)
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
+    # Calls in progress are bounded as well, so many full-size messages at once are refused
+    # (RESOURCE_EXHAUSTED) rather than held in memory.
+    server = grpc.aio.server(maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
+                             options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit),
                                       ("grpc.so_reuseport", 0)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(service), server)

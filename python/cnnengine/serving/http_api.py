@@ -11,13 +11,14 @@ import numpy as np
 from aiohttp import web
 
 from .model import OUTPUT_DATATYPES
-from .validation import NOT_FOUND, TOO_LARGE, RequestError, check_outputs, check_shape, from_bytes, \
+from .validation import NOT_FOUND, TOO_LARGE, UNAVAILABLE, RequestError, check_outputs, check_shape, from_bytes, \
     from_json, reject_json_constant
 from .service import InferenceService
 
 LOG = logging.getLogger("cnnengine.serve")
 JSON_BYTES_PER_VALUE = {"UINT8": 8, "FP32": 32}  # generous room for a value, its comma and spaces
 HEADROOM = 64 * 1024
+IN_FLIGHT_BODIES = 32
 
 
 def body_limit(service: InferenceService) -> int:
@@ -178,7 +179,7 @@ def make_app(service: InferenceService) -> web.Application:
         status = 500
         try:
             model = model_of(request)
-            header, binary = _split_body(request, await request.read())
+            header, binary = _split_body(request, await read_body(request))
             images, binary_of, request_id = _parse_infer(service, model, _json(header), binary)
             response = _response(model, request_id, binary_of, await service.infer(model, images, list(binary_of)))
             status = 200
@@ -189,7 +190,29 @@ def make_app(service: InferenceService) -> web.Application:
         finally:
             service.count(name, status)
 
-    app = web.Application(middlewares=[_errors, auth], client_max_size=body_limit(service))
+    limit = body_limit(service)
+    reading = [0]  # bytes of request bodies being read or decoded now, by their declared length
+
+    async def read_body(request: web.Request) -> bytes:
+        """The body, refused at once when its declared length is over the limit. Large bodies (over
+        HEADROOM, or of undeclared length, counted full-size) are read at most IN_FLIGHT_BODIES
+        full-size ones' worth at a time: past that, a large request is refused as busy rather than
+        held in memory. Small requests are never refused for it, so clients that trickle large
+        bodies cannot starve them."""
+        declared = request.content_length if request.content_length is not None else limit
+        if declared > limit:
+            raise RequestError("request body is larger than the server accepts", TOO_LARGE)
+        if declared <= HEADROOM:
+            return await request.read()
+        if reading[0] + declared > IN_FLIGHT_BODIES * limit:
+            raise RequestError("the server is reading too many large requests; try again", UNAVAILABLE)
+        reading[0] += declared
+        try:
+            return await request.read()
+        finally:
+            reading[0] -= declared
+
+    app = web.Application(middlewares=[_errors, auth], client_max_size=limit)
     for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         app.router.add_get(prefix, model_metadata)
         app.router.add_get(prefix + "/ready", model_ready)
