@@ -3,6 +3,7 @@ counted in the metrics; SIGTERM and SIGINT stop it cleanly (exit 0, the server p
 however it was started, also during start-up; memory stays flat while a huge shape is declared;
 it exits non-zero when it cannot serve at all."""
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -78,6 +79,35 @@ def _start(args, sigint_ignored):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
     return subprocess.Popen([sys.executable, "-m", "cnnengine.serve", str(LENET), "--backend", "cpu", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=preexec)
+
+
+@pytest.mark.parametrize("launcher", ["python", "tools/serve"])
+def test_a_shell_background_job_stops_on_sigint(launcher):
+    """`tools/serve ... &` in a script: bash starts the job with SIGINT ignored; SIGINT still stops
+    it, with exit status 0 and the server process gone."""
+    command = [str(REPO / "tools" / "serve")] if launcher == "tools/serve" else [sys.executable, "-m", "cnnengine.serve"]
+    if launcher == "tools/serve" and not (REPO / ".venv" / "bin" / "cnnengine-serve").exists():
+        pytest.skip("tools/serve runs .venv/bin/cnnengine-serve, which scripts/setup.sh installs")
+    http, grpc_port, metrics = free_ports(3)
+    args = [*command, str(LENET), "--backend", "cpu", "--http-port", str(http), "--grpc-port", str(grpc_port),
+            "--metrics-port", str(metrics)]
+    script = " ".join(shlex.quote(a) for a in args) + " & echo $!; wait $!; echo status $?"
+    shell = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pid = int(shell.stdout.readline())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    child = _children(pid)[0]
+    os.kill(pid, signal.SIGINT)
+    out, _ = shell.communicate(timeout=30)
+    assert out.rstrip().endswith("status 0"), out
+    assert "Traceback" not in out, out
+    assert _gone(child), out
 
 
 def _children(pid):
