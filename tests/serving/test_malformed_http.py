@@ -109,6 +109,7 @@ def binary_cases():
     for data, length in ((bytes(783), len(header)), (bytes(785), len(header)), (bytes(784), len(header) + 1),
                          (bytes(784), len(header) - 1), (bytes(784), 10**12), (bytes(784), -1), (bytes(784), "x"),
                          (bytes(784), b"\xc2\xb2"), (bytes(784), b"\xef\xbc\x91\xef\xbc\x92"), (bytes(784), "1_0"),
+                         (bytes(784), "9" * 5000),
                          (b"", len(header)), (bytes(784), 0)):
         cases.append((header + data, {"Inference-Header-Content-Length": length if isinstance(length, bytes)
                                       else str(length)}))

@@ -116,16 +116,16 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             batch = check_shape(m, tensor.name, tensor.datatype, list(tensor.shape))
             if len(request.raw_input_contents) > 1:
                 raise RequestError(f"{len(request.raw_input_contents)} raw_input_contents for one input")
-            if request.raw_input_contents:
+            for o in request.outputs:
+                if "classification" in o.parameters:
+                    raise RequestError("the classification extension is not supported: ask for output 'classes'")
+            names = check_outputs([o.name for o in request.outputs])
+            if request.raw_input_contents:  # the tensor is built last, once everything else is checked
                 if tensor.HasField("contents"):
                     raise RequestError("an input has both contents and raw_input_contents")
                 images = from_bytes(m, batch, request.raw_input_contents[0])
             else:
                 images = _contents_array(m, batch, tensor)
-            for o in request.outputs:
-                if "classification" in o.parameters:
-                    raise RequestError("the classification extension is not supported: ask for output 'classes'")
-            names = check_outputs([o.name for o in request.outputs])
             outputs = await self.s.infer(m, images, names)
             status = 200
         except RequestError as e:

@@ -68,19 +68,38 @@ def _split_body(request: web.Request, body: bytes) -> tuple[bytes, memoryview]:
     header = request.headers.get("Inference-Header-Content-Length")
     if header is None:
         return body, memoryview(b"")
-    if not (header.isascii() and header.isdigit()) or int(header) > len(body):
+    if not (header.isascii() and header.isdigit() and len(header) <= 18) or int(header) > len(body):
         raise RequestError(f"Inference-Header-Content-Length {header[:20]!r} is not a length within the "
                            f"{len(body)}-byte body")
     return body[:int(header)], memoryview(body)[int(header):]
 
 
-def _parse_infer(service: InferenceService, model, doc, binary: memoryview):
-    """(images, [(output name, binary?)], request id) from a parsed request; RequestError otherwise."""
+def _parse_infer(model, doc, binary: memoryview):
+    """(images, {output name: binary?}, request id) from a parsed request, the tensor built last, once
+    everything else has been checked; RequestError otherwise."""
     if not isinstance(doc, dict):
         raise RequestError("request must be a JSON object")
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
         raise RequestError(f"request must have 'inputs' with exactly one tensor ('{model.input_name}')")
+    top = doc.get("parameters") or {}
+    if not isinstance(top, dict):
+        raise RequestError("request 'parameters' must be an object")
+    binary_default = top.get("binary_data_output") is True
+    requested = doc.get("outputs")
+    if requested is not None and (not isinstance(requested, list) or not all(isinstance(o, dict) for o in requested)):
+        raise RequestError("'outputs' must be a list of objects")
+    names = check_outputs([o.get("name") for o in requested or []])
+    binary_of = {n: binary_default for n in names}
+    for o in requested or []:
+        p = o.get("parameters") or {}
+        if not isinstance(p, dict):
+            raise RequestError("output 'parameters' must be an object")
+        if p.get("classification"):
+            raise RequestError("the classification extension is not supported: ask for output 'classes'")
+        if "binary_data" in p:
+            binary_of[o["name"]] = p["binary_data"] is True
+
     tensor = inputs[0]
     batch = check_shape(model, tensor.get("name"), tensor.get("datatype"), tensor.get("shape"))
     params = tensor.get("parameters") or {}
@@ -99,24 +118,6 @@ def _parse_infer(service: InferenceService, model, doc, binary: memoryview):
         if len(binary):
             raise RequestError("binary data after the JSON header, but no input has a binary_data_size")
         images = from_json(model, batch, tensor.get("data"))
-
-    top = doc.get("parameters") or {}
-    if not isinstance(top, dict):
-        raise RequestError("request 'parameters' must be an object")
-    binary_default = top.get("binary_data_output") is True
-    requested = doc.get("outputs")
-    if requested is not None and (not isinstance(requested, list) or not all(isinstance(o, dict) for o in requested)):
-        raise RequestError("'outputs' must be a list of objects")
-    names = check_outputs([o.get("name") for o in requested or []])
-    binary_of = {n: binary_default for n in names}
-    for o in requested or []:
-        p = o.get("parameters") or {}
-        if not isinstance(p, dict):
-            raise RequestError("output 'parameters' must be an object")
-        if p.get("classification"):
-            raise RequestError("the classification extension is not supported: ask for output 'classes'")
-        if "binary_data" in p:
-            binary_of[o["name"]] = p["binary_data"] is True
     request_id = doc.get("id")
     return images, binary_of, request_id if isinstance(request_id, str) else None
 
@@ -180,7 +181,7 @@ def make_app(service: InferenceService) -> web.Application:
         try:
             model = model_of(request)
             header, binary = _split_body(request, await read_body(request))
-            images, binary_of, request_id = _parse_infer(service, model, _json(header), binary)
+            images, binary_of, request_id = _parse_infer(model, _json(header), binary)
             response = _response(model, request_id, binary_of, await service.infer(model, images, list(binary_of)))
             status = 200
             return response
