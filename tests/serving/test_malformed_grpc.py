@@ -79,10 +79,13 @@ def test_malformed_grpc_requests_are_refused_alone(server, images, expected):
         # Bytes that are no ModelInferRequest, and a message over the server's size limit.
         raw_call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer",
                                        request_serializer=lambda b: b, response_deserializer=lambda b: b)
-        for garbage in (b"\xff" * 50, b"\x0a\xff\xff\xff\xff\x0f", bytes(range(256)) * 4, b"\x12" * 999):
+        for garbage in (b"\xff" * 50, b"\x0a\xff\xff\xff\xff\x0f", bytes(range(256)) * 4, b"\x12" * 999,
+                        b"\x0a\x05lenet", b"\x22\x03\x0a\x01\xff", b"\x08" * 10):
             with pytest.raises(grpc.RpcError) as err:
                 raw_call(garbage, timeout=30)
             assert_refused(err.value)
+            # refused as a bad request, not as an error inside the server
+            assert err.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), err.value
             sent += 1
         with pytest.raises(grpc.RpcError) as err:
             call(channel, infer_request(shape=[2**16, 28, 28], raw=(bytes(2**16 * 784),)))

@@ -7,7 +7,8 @@ import logging
 
 import grpc
 import numpy as np
-from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import model_config_pb2, service_pb2
 
 from .model import OUTPUT_DATATYPES
 from .validation import NOT_FOUND, RequestError, check_outputs, check_shape, from_bytes, from_json
@@ -39,7 +40,7 @@ def _contents_array(model, batch: int, tensor):
     return from_json(model, batch, values)
 
 
-class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+class Servicer:
     def __init__(self, service: InferenceService):
         self.s = service
 
@@ -145,6 +146,41 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return r
 
 
+# The calls served; any other method of the service is answered UNIMPLEMENTED by grpc.
+METHODS = ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelConfig", "ModelInfer")
+
+
+def _handlers(servicer: Servicer) -> grpc.GenericRpcHandler:
+    """The service's handlers, as the generated code registers them but for the request parser: bytes
+    that are no valid message get INVALID_ARGUMENT from here instead of a parse exception inside
+    grpc (UNKNOWN to the client, a traceback in the server's log for each such request)."""
+    handlers = {}
+    for name in METHODS:
+        request_type = getattr(service_pb2, f"{name}Request")
+        response_type = getattr(service_pb2, f"{name}Response")
+        handlers[name] = grpc.unary_unary_rpc_method_handler(
+            _refusing_unparsed(getattr(servicer, name)), request_deserializer=_parse_or_none(request_type),
+            response_serializer=response_type.SerializeToString)
+    return grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers)
+
+
+def _parse_or_none(message_type):
+    def parse(data: bytes):
+        try:
+            return message_type.FromString(data)
+        except DecodeError:
+            return None
+    return parse
+
+
+def _refusing_unparsed(method):
+    async def call(request, context):
+        if request is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the request is not a valid protobuf message")
+        return await method(request, context)
+    return call
+
+
 def make_server(service: InferenceService, address: str, tls: tuple[bytes, bytes] | None) -> grpc.aio.Server:
     limit = message_limit(service)
     # Calls in progress are bounded as well, so many full-size messages at once are refused
@@ -153,7 +189,7 @@ def make_server(service: InferenceService, address: str, tls: tuple[bytes, bytes
                              options=[("grpc.max_receive_message_length", limit),
                                       ("grpc.max_send_message_length", limit),
                                       ("grpc.so_reuseport", 0)])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(service), server)
+    server.add_generic_rpc_handlers((_handlers(Servicer(service)),))
     try:
         if tls:
             key, cert = tls

@@ -82,7 +82,7 @@ class Supervisor:
                 if self.stopping:
                     break
                 code = self.child.wait()
-                how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+                how = f"signal {_signal_name(-code)}" if code < 0 else f"status {code}"
                 if not ever_ready:
                     # Nothing was ever served: a bad model, file or port; the child said why.
                     LOG.error("the server could not start (%s)", how)
@@ -100,3 +100,10 @@ class Supervisor:
             self._stop_child()
         LOG.info("stopped")
         return 0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a real-time signal has no name
+        return str(number)
