@@ -1,6 +1,7 @@
 """Malformed HTTP requests, group by group, against one server: each is refused with a 4xx and a
 one-line JSON reason (no traceback, no server path), and after each group a valid request over HTTP
 and gRPC is still answered with the engine's exact bits. Over 300 requests in all."""
+import gzip
 import http.client
 import json
 import random
@@ -123,6 +124,8 @@ def binary_cases():
     cases.append((body(request()) + bytes(10), {"Inference-Header-Content-Length": str(len(body(request())))}))
     cases.append((bytes(5 * 2**20), {}))  # over the body limit
     cases.append((body(request()), {"Content-Encoding": "gzip"}))  # says gzip, is not
+    # 20 MB of JSON in 20 KB of gzip: refused at the limit as it is inflated
+    cases.append((gzip.compress(b"[" + b"0," * 10_000_000 + b"0]"), {"Content-Encoding": "gzip"}))
     return cases
 
 
