@@ -192,3 +192,28 @@ def test_refuses_a_model_that_takes_no_image(tmp_path):
     assert r.returncode == 1, r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("serve: error:")]
     assert len(errors) == 1 and "not an image [C, H, W]" in errors[0], r.stderr
+
+
+def test_gives_up_when_restarts_keep_failing(tmp_path_factory):
+    """The server dies and its gRPC port is taken meanwhile: each restart fails; after
+    --restart-limit of them the supervisor exits 1, saying why."""
+    import socket
+    server, log_path = start_server(tmp_path_factory, "--restart-limit", "2")
+    with server:
+        pid = server.server_pid()
+        os.kill(pid, signal.SIGKILL)
+        with socket.socket() as holder:
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            deadline = time.monotonic() + 10
+            while True:  # the killed process's listening socket goes with it
+                try:
+                    holder.bind(("127.0.0.1", server.grpc_port))
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+            holder.listen()
+            assert server.proc.wait(60) == 1
+    server.log.close()
+    log = log_path.read_text()
+    assert "restart 1" in log and "2 restarts in a row failed; giving up" in log, log
