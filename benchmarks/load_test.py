@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bounded load test of cnnengine-serve (tools/serve): C concurrent clients, each sending requests of B MNIST test
 images back to back for D seconds over loopback, then throughput, latency percentiles and the batch
-sizes Triton formed (from its metrics). Stops by itself.
+sizes the server formed (from its metrics). Stops by itself.
 
   benchmarks/load_test.py --start models/lenet5.json [--serve-args "--backend cpu --instances 2"]
   benchmarks/load_test.py --http 127.0.0.1:8000 --metrics http://127.0.0.1:8002/metrics --model lenet5
@@ -95,8 +95,8 @@ def run_load(args, http_url, grpc_url, metrics_url):
     latencies = sorted(x for lat, _ in results for x in lat)
     wrong = sum(w for _, w in results)
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    executions = delta.get("nv_inference_exec_count", 0.0)
-    inferences = delta.get("nv_inference_count", 0.0)
+    executions = delta.get("cnnengine_inference_exec_count", 0.0)
+    inferences = delta.get("cnnengine_inference_count", 0.0)
     requests = len(latencies)
     report = {
         "model": model, "protocol": args.protocol, "clients": args.clients, "images_per_request": args.batch,
@@ -108,13 +108,13 @@ def run_load(args, http_url, grpc_url, metrics_url):
                        "p90": round(percentile(latencies, 90) * 1e3, 3),
                        "p99": round(percentile(latencies, 99) * 1e3, 3),
                        "mean": round(statistics.fmean(latencies) * 1e3, 3) if latencies else None},
-        # Triton's own counters over the test: images it ran, and the batches (model executions)
+        # The server's own counters over the test: images it ran, and the batches (model executions)
         # it formed from them; their ratio is the mean batch the dynamic batcher formed.
-        "triton": {"inferences": int(inferences), "executions": int(executions),
+        "server": {"inferences": int(inferences), "executions": int(executions),
                    "mean_batch_formed": round(inferences / executions, 2) if executions else None,
-                   "mean_queue_us": round(delta.get("nv_inference_queue_duration_us", 0.0)
-                                          / max(1.0, delta.get("nv_inference_request_success", 0.0)), 1),
-                   "mean_compute_us_per_batch": round(delta.get("nv_inference_compute_infer_duration_us", 0.0)
+                   "mean_queue_us": round(delta.get("cnnengine_inference_queue_duration_us", 0.0)
+                                          / max(1.0, delta.get("cnnengine_inference_request_success", 0.0)), 1),
+                   "mean_compute_us_per_batch": round(delta.get("cnnengine_inference_compute_duration_us", 0.0)
                                                       / max(1.0, executions), 1)},
     }
     if errors:
@@ -131,7 +131,7 @@ def main(argv=None):
     p.add_argument("--model", help="served model name (default: the graph file's)")
     p.add_argument("--http", default="127.0.0.1:8000", help="server's HTTP address without --start")
     p.add_argument("--grpc", default="127.0.0.1:8001", help="server's gRPC address without --start")
-    p.add_argument("--metrics", default="http://127.0.0.1:8002/metrics", help="Triton metrics URL without --start")
+    p.add_argument("--metrics", default="http://127.0.0.1:8002/metrics", help="server metrics URL without --start")
     p.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--duration", type=float, default=10.0, help="seconds (default: %(default)s)")

