@@ -97,12 +97,12 @@ class Model:
         return np.dtype(self._session.input_dtype)
 
     @property
-    def input_shape(self) -> Tuple[int, int, int]:
-        """(C, H, W) of one raw image, as the model file gives it."""
+    def input_shape(self) -> Tuple[int, ...]:
+        """(C, H, W) of one raw image as the model file gives it ((K,) for a vector model)."""
         return self._session.input_shape
 
     @property
-    def preprocessed_shape(self) -> Tuple[int, int, int]:
+    def preprocessed_shape(self) -> Tuple[int, ...]:
         """(C, H, W) of one float32 preprocessed (and padded) input, as the first layer sees it."""
         return self._session.model_input_shape
 
@@ -178,6 +178,8 @@ class Model:
         return images, single
 
     def _accepted(self) -> str:
+        if len(self.input_shape) != 3:  # a vector model ([K]) or another rank: [N, *shape]
+            return f"{self.input_dtype} [N, {', '.join(map(str, self.input_shape))}]"
         c, h, w = self.input_shape
         raw = f"[N, {h}, {w}], [{h}, {w}] or [N, {c}, {h}, {w}]" if c == 1 else f"[N, {c}, {h}, {w}] or [{c}, {h}, {w}]"
         if self.input_dtype == np.float32:
@@ -220,8 +222,8 @@ class Model:
         return np.asarray(self.run(images)).argmax(axis=-1)
 
     def __repr__(self) -> str:
-        c, h, w = self.input_shape
-        return (f"<cnnengine.Model {self.name!r} on {self.backend}: {self.input_dtype} [N, {c}, {h}, {w}] -> "
+        dims = ", ".join(map(str, self.input_shape))
+        return (f"<cnnengine.Model {self.name!r} on {self.backend}: {self.input_dtype} [N, {dims}] -> "
                 f"[N, {self.classes}], max_batch {self.max_batch}>")
 
 

@@ -50,9 +50,11 @@ std::string dtype_text(const nb::dlpack::dtype& t) {
 std::string accepted_text(const formats::Model& model) {
   const auto& s = model.input.raw_shape;
   const char* dtype = model.input.dtype == formats::InputDType::UInt8 ? "uint8" : "float32";
-  std::string four = fmt::format("[N, {}, {}, {}]", s[0], s[1], s[2]);
-  if (s[0] == 1) return fmt::format("{} [N, {}, {}] or {}", dtype, s[1], s[2], four);
-  return fmt::format("{} {}", dtype, four);
+  std::string full = "[N";
+  for (const int64_t d : s) full += fmt::format(", {}", d);
+  full += "]";
+  if (s.size() == 3 && s[0] == 1) return fmt::format("{} [N, {}, {}] or {}", dtype, s[1], s[2], full);
+  return fmt::format("{} {}", dtype, full);
 }
 
 // Checks `images` against the model (dtype, [N, H, W] or [N, C, H, W], C order) and returns N.
@@ -65,12 +67,14 @@ int64_t check_images(const Session& session, const nb::ndarray<nb::ro>& images) 
     throw nb::value_error(fmt::format("images are {} but model '{}' takes {}", dtype_text(images.dtype()), model.name,
                                       accepted_text(model))
                               .c_str());
+  // [N, *raw_shape] for any rank; a one-channel image model also takes [N, H, W].
   bool fits = false;
-  if (images.ndim() == 4)
-    fits = int64_t(images.shape(1)) == raw[0] && int64_t(images.shape(2)) == raw[1] &&
-           int64_t(images.shape(3)) == raw[2];
-  else if (images.ndim() == 3)
+  if (images.ndim() == raw.size() + 1) {
+    fits = true;
+    for (size_t i = 0; i < raw.size(); ++i) fits = fits && int64_t(images.shape(i + 1)) == raw[i];
+  } else if (raw.size() == 3 && images.ndim() == 3) {
     fits = raw[0] == 1 && int64_t(images.shape(1)) == raw[1] && int64_t(images.shape(2)) == raw[2];
+  }
   if (!fits)
     throw nb::value_error(fmt::format("images have shape {} but model '{}' takes {}", shape_text(images),
                                       model.name, accepted_text(model))
@@ -289,8 +293,10 @@ NB_MODULE(_engine, m) {
                    })
       .def_prop_ro("input_shape",
                    [](const Session& s) {
-                     const auto& r = s.model().input.raw_shape;
-                     return nb::make_tuple(r[0], r[1], r[2]);
+                     const auto& r = s.model().input.raw_shape;  // any rank: [C, H, W], [K], ...
+                     nb::list dims;
+                     for (const int64_t d : r) dims.append(d);
+                     return nb::tuple(dims);
                    })
       .def_prop_ro("labels", [](const Session& s) { return s.model().labels; })
       .def_prop_ro("classes", &Session::classes)
@@ -300,8 +306,9 @@ NB_MODULE(_engine, m) {
       .def_prop_ro("outputs", [](const Session& s) { return s.model().outputs; })
       .def_prop_ro("model_input_shape",
                    [](const Session& s) {
-                     const auto& r = s.model().input.shape;
-                     return nb::make_tuple(r[0], r[1], r[2]);
+                     nb::list dims;
+                     for (const int64_t d : s.model().input.shape) dims.append(d);
+                     return nb::tuple(dims);
                    })
       .def("run", &run_images, "images"_a,
            "One float32 array [N, *shape] per output for images [N, H, W] or [N, C, H, W] (host memory, or GPU "

@@ -246,3 +246,26 @@ def test_type_stubs_name_what_the_extension_defines():
     members = {n.name for n in session.body if isinstance(n, ast.FunctionDef)} - {"__init__"}
     assert members == {n for n in dir(_engine.Session) if not n.startswith("_")}
     assert (REPO / "python" / "cnnengine" / "py.typed").exists()
+
+
+def test_a_vector_input_model_runs_and_says_its_shape(tmp_path):
+    """A float32 [K] input (no image dimensions): input_shape has its rank, [N, K] runs and equals
+    the dense layer computed here, a wrong width is a ValueError naming the shape taken."""
+    from cnnengine import model_format
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((5, 20)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    graph = {"format": "cnn-engine-model", "version": 1, "name": "vector",
+             "weights": {"file": "vector.safetensors"},
+             "input": {"name": "x", "dtype": "float32", "shape": [20]},
+             "nodes": [{"name": "d", "op": "dense", "inputs": ["x"], "attrs": {"units": 5},
+                        "tensors": {"weight": "d.weight", "bias": "d.bias"}}],
+             "outputs": ["d"]}
+    model_format.write_model(tmp_path / "vector.json", graph, {"d.weight": w, "d.bias": b})
+    m = cnnengine.load(str(tmp_path / "vector.json"), backend="cpu")
+    assert m.input_shape == (20,)
+    x = rng.standard_normal((3, 20)).astype(np.float32)
+    np.testing.assert_allclose(m.run(x), x.astype(np.float64) @ w.T.astype(np.float64) + b, rtol=1e-5, atol=1e-5)
+    assert "[N, 20]" in repr(m)
+    with pytest.raises(ValueError, match=r"\[N, 20\]"):
+        m.run(np.zeros((3, 21), np.float32))
