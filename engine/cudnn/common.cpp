@@ -99,11 +99,12 @@ ExplicitPad::ExplicitPad(const BuildContext& ctx, const std::string& label, int 
                label + ": explicit padding buffer") {
   // The whole buffer, interior included, gets the border value once: the border keeps it for ever
   // (runs only write the interior) and nothing ever reads uninitialised memory.
+  chunks_.limit(int64_t(c_) * padded_h_ * padded_w_);
   set_batch(ctx.max_batch);
   const size_t sample = size_t(c_) * size_t(padded_h_) * size_t(padded_w_);
   chunks_.for_each([&](size_t first, bool tail) {
     TensorDesc whole;
-    set_4d(whole, storage_, tail ? chunks_.tail() : kBatchChunk, c_, padded_h_, padded_w_, label_);
+    set_4d(whole, storage_, tail ? chunks_.tail() : chunks_.size(), c_, padded_h_, padded_w_, label_);
     // A float for fp16 and bf16 tensors too, as alpha and beta (seen with cuDNN 9.14: the value's
     // fp16 bits read as a float made the border 0, which max pooling then picked over negative inputs).
     CUDNN_CHECK_CTX(cudnnSetTensor(ctx.cudnn, whole, storage_.at(scratch_.data(), first * sample), &border_value),
@@ -126,7 +127,7 @@ void ExplicitPad::describe(int n, cudnnTensorDescriptor_t source, cudnnTensorDes
 
 void ExplicitPad::set_batch(int n) {
   chunks_.set(n);
-  if (chunks_.has_full()) describe(kBatchChunk, source_full_, interior_full_);
+  if (chunks_.has_full()) describe(chunks_.size(), source_full_, interior_full_);
   if (chunks_.tail() > 0) describe(chunks_.tail(), source_tail_, interior_tail_);
 }
 

@@ -1,6 +1,10 @@
 // conv2d through cuDNN's convolution forward (legacy C API, see cudnn_backend.cpp for why).
 //
-// Algorithm choice, once per layer shape at compile time, for n = max_batch:
+// Chunks: a batch whose input or output tensor would pass kMaxTensorElements (steps.hpp) runs as
+// several calls of at most call_batch_ samples each, the algorithm chosen for that size: the results
+// are those of running the chunks one by one.
+//
+// Algorithm choice, once per layer shape at compile time, for n = max_batch (or the chunk size):
 //   deterministic (default): cuDNN's heuristic ranking (cudnnGetConvolutionForwardAlgorithm_v7), first
 //     algorithm that is deterministic, supported, within the workspace limit. The ranking is a pure
 //     function of (shape, GPU, cuDNN version), so every compile of the model, in any process, runs the
@@ -101,12 +105,16 @@ class ConvStep final : public Step {
     CUDNN_CHECK_CTX(
         cudnnSetActivationDescriptor(identity_desc_, CUDNN_ACTIVATION_IDENTITY, CUDNN_PROPAGATE_NAN, 0.0), label_);
 
-    set_descriptors(max_batch_);
+    // A batch whose input or output passes kMaxTensorElements runs in chunks of call_batch_ samples:
+    // every call, and the algorithm choice, sees at most that many.
+    chunks_.limit(std::max(int64_t(c_) * in_h_ * in_w_, int64_t(k_) * oh_ * ow_), max_batch_);
+    call_batch_ = chunks_.size();
+    set_descriptors(call_batch_);
     // The output shape cuDNN computes must be the one the model was validated with.
     int n = 0, k = 0, oh = 0, ow = 0;
     CUDNN_CHECK_CTX(cudnnGetConvolution2dForwardOutputDim(conv_desc_, x_desc_, filter_desc_, &n, &k, &oh, &ow),
                     label_);
-    if (n != max_batch_ || k != k_ || oh != oh_ || ow != ow_)
+    if (n != call_batch_ || k != k_ || oh != oh_ || ow != ow_)
       throw std::runtime_error(fmt::format("{}: cuDNN computes an output of [{}, {}, {}] where the model has "
                                            "[{}, {}, {}]",
                                            label_, k, oh, ow, k_, oh_, ow_));
@@ -118,41 +126,35 @@ class ConvStep final : public Step {
 
   void set_batch(int n) override {
     if (pad_) pad_->set_batch(n);
-    set_descriptors(n);
-    if (n > kFullScan && !checked_.count(n)) {
+    chunks_.set(n);
+    if (chunks_.has_full()) set_descriptors(chunks_.size());
+    const int tail = chunks_.tail();
+    if (tail == 0) return;
+    describe(x_tail_, y_tail_, tail);
+    if (tail > kFullScan && !checked_.count(tail)) {
       // Not covered by the compile-time scan: ask once (host-only) and refuse rather than overrun.
-      const size_t need = workspace_for(n);
+      size_t need = 0;
+      CUDNN_CHECK_CTX(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, x_tail_, filter_desc_, conv_desc_, y_tail_,
+                                                              choice_.algo, &need),
+                      label_);
       if (need > choice_.workspace)
         throw std::runtime_error(fmt::format("{}: {} needs {} of workspace for a batch of {}, more than the {} "
                                              "planned",
-                                             label_, algo_name(choice_.algo), format_bytes(need), n,
+                                             label_, algo_name(choice_.algo), format_bytes(need), tail,
                                              format_bytes(choice_.workspace)));
+      checked_.insert(tail);
     }
   }
 
   void enqueue(const RunContext& ctx) override {
     if (pad_) pad_->enqueue(ctx);
-    const float one = 1.0f, zero = 0.0f;
-    const bool has_bias = bias_.size() > 0;
-    if (has_bias && (fuse_relu_ || fused_identity_)) {
-      // y = act(1 * conv(x) + 0 * z + bias); z aliases y. With alpha2 = 0 cuDNN does not use z, but its
-      // TF32 engines still read it (an NCHW-to-NHWC copy): y must be initialised memory (initcheck).
-      CUDNN_CHECK_CTX(cudnnConvolutionBiasActivationForward(
-                          ctx.cudnn, &one, x_desc_, x_, filter_desc_, weight_.data(), conv_desc_, choice_.algo,
-                          ctx.workspace, ctx.workspace_bytes, &zero, y_desc_, y_, bias_desc_, bias_.data(),
-                          fuse_relu_ ? relu_desc_.get() : identity_desc_.get(), y_desc_, y_),
-                      label_);
-      return;
-    }
-    CUDNN_CHECK_CTX(cudnnConvolutionForward(ctx.cudnn, &one, x_desc_, x_, filter_desc_, weight_.data(), conv_desc_,
-                                            choice_.algo, ctx.workspace, ctx.workspace_bytes, &zero, y_desc_, y_),
-                    label_);
-    if (has_bias)
-      CUDNN_CHECK_CTX(cudnnAddTensor(ctx.cudnn, &one, bias_desc_, bias_.data(), &one, y_desc_, y_), label_);
-    if (fuse_relu_)
-      CUDNN_CHECK_CTX(cudnnActivationForward(ctx.cudnn, relu_desc_, &one, y_desc_, y_, &zero, y_desc_, y_), label_);
+    const size_t x_sample = size_t(c_) * size_t(in_h_) * size_t(in_w_);
+    const size_t y_sample = size_t(k_) * size_t(oh_) * size_t(ow_);
+    chunks_.for_each([&](size_t first, bool tail) {
+      enqueue_chunk(ctx, tail ? x_tail_ : x_desc_, storage_.at(x_, first * x_sample), tail ? y_tail_ : y_desc_,
+                    storage_.at(y_, first * y_sample));
+    });
   }
-
   size_t workspace_bytes() const override { return choice_.workspace; }
 
   std::string summary() const override {
@@ -171,31 +173,50 @@ class ConvStep final : public Step {
                        algo_name(choice_.algo),
                        choice_.determinism == CUDNN_DETERMINISTIC ? "deterministic" : "non-deterministic",
                        math_name(choice_.math), format_bytes(choice_.workspace), choice_.how, c_, h_, w_, k_, oh_,
-                       ow_, pad_ ? ", asymmetric padding applied explicitly" : "", how);
+                       ow_, pad_ ? ", asymmetric padding applied explicitly" : "", how) +
+           (call_batch_ < max_batch_ ? fmt::format("; calls of at most {} samples (tensors of at most {} elements)",
+                                                   call_batch_, kMaxTensorElements)
+                                     : std::string());
   }
 
  private:
-  void set_descriptors(int n) {
-    set_4d(x_desc_, storage_, n, c_, in_h_, in_w_, label_);
-    set_4d(y_desc_, storage_, n, k_, oh_, ow_, label_);
+  // One call's worth (at most call_batch_ samples): the convolution with its bias and relu.
+  void enqueue_chunk(const RunContext& ctx, cudnnTensorDescriptor_t x_desc, const void* x,
+                     cudnnTensorDescriptor_t y_desc, void* y) {
+    const float one = 1.0f, zero = 0.0f;
+    const bool has_bias = bias_.size() > 0;
+    if (has_bias && (fuse_relu_ || fused_identity_)) {
+      // y = act(1 * conv(x) + 0 * z + bias); z aliases y. With alpha2 = 0 cuDNN does not use z, but its
+      // TF32 engines still read it (an NCHW-to-NHWC copy): y must be initialised memory (initcheck).
+      CUDNN_CHECK_CTX(cudnnConvolutionBiasActivationForward(
+                          ctx.cudnn, &one, x_desc, x, filter_desc_, weight_.data(), conv_desc_, choice_.algo,
+                          ctx.workspace, ctx.workspace_bytes, &zero, y_desc, y, bias_desc_, bias_.data(),
+                          fuse_relu_ ? relu_desc_.get() : identity_desc_.get(), y_desc, y),
+                      label_);
+      return;
+    }
+    CUDNN_CHECK_CTX(cudnnConvolutionForward(ctx.cudnn, &one, x_desc, x, filter_desc_, weight_.data(), conv_desc_,
+                                            choice_.algo, ctx.workspace, ctx.workspace_bytes, &zero, y_desc, y),
+                    label_);
+    if (has_bias)
+      CUDNN_CHECK_CTX(cudnnAddTensor(ctx.cudnn, &one, bias_desc_, bias_.data(), &one, y_desc, y), label_);
+    if (fuse_relu_)
+      CUDNN_CHECK_CTX(cudnnActivationForward(ctx.cudnn, relu_desc_, &one, y_desc, y, &zero, y_desc, y), label_);
   }
 
-  // Workspace for n samples, or throws CUDNN_STATUS_NOT_SUPPORTED & co. Leaves descriptors at n.
-  size_t workspace_for(int n) {
-    set_descriptors(n);
-    size_t bytes = 0;
-    CUDNN_CHECK_CTX(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, x_desc_, filter_desc_, conv_desc_, y_desc_,
-                                                            choice_.algo, &bytes),
-                    label_);
-    return bytes;
+  void describe(cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t y, int n) {
+    set_4d(x, storage_, n, c_, in_h_, in_w_, label_);
+    set_4d(y, storage_, n, k_, oh_, ow_, label_);
   }
+  // The full chunks' descriptors (also the ones the algorithm choice scans).
+  void set_descriptors(int n) { describe(x_desc_, y_desc_, n); }
 
   std::string cache_key(const BuildContext& ctx) const {
     int device = 0;
     cudaGetDevice(&device);
     const bool act = fuse_relu_;
     return fmt::format("dev{} x[{},{},{}] k{} f{}x{} conv-desc-out[{},{}] pad{} B{} {} {} {} {}", device, c_, in_h_,
-                       in_w_, k_, filter_h_, filter_w_, oh_, ow_, pad_key_, ctx.max_batch,
+                       in_w_, k_, filter_h_, filter_w_, oh_, ow_, pad_key_, call_batch_,
                        precision_name(ctx.options.precision), storage_.layout_name(),
                        ctx.options.deterministic ? "det" : "nondet", act ? "relu" : "");
   }
@@ -228,16 +249,16 @@ class ConvStep final : public Step {
       checked_.insert(n);
       return {};
     };
-    const int full = std::min(max_batch_, kFullScan);
+    const int full = std::min(call_batch_, kFullScan);
     for (int n = 1; n <= full; ++n)
       if (auto why = check(n); !why.empty()) return why;
-    for (int64_t n = int64_t(full) * 2; n < max_batch_; n *= 2) {
+    for (int64_t n = int64_t(full) * 2; n < call_batch_; n *= 2) {
       for (int64_t m : {n - 1, n, n + 1})
         if (auto why = check(int(m)); !why.empty()) return why;
     }
-    if (max_batch_ > full)
-      if (auto why = check(max_batch_); !why.empty()) return why;
-    set_descriptors(max_batch_);
+    if (call_batch_ > full)
+      if (auto why = check(call_batch_); !why.empty()) return why;
+    set_descriptors(call_batch_);
     if (most > ctx.workspace_limit) return "workspace " + format_bytes(most) + " over the limit for some batch";
     choice_.math = fp32 ? CUDNN_FMA_MATH : perf.mathType;
     choice_.determinism = perf.determinism;
@@ -275,8 +296,8 @@ class ConvStep final : public Step {
       auto it = algo_cache().find(key);
       if (it != algo_cache().end()) {
         choice_ = it->second;
-        for (int n = 1; n <= std::min(max_batch_, kFullScan); ++n) checked_.insert(n);
-        if (max_batch_ > kFullScan) checked_.insert(max_batch_);
+        for (int n = 1; n <= std::min(call_batch_, kFullScan); ++n) checked_.insert(n);
+        if (call_batch_ > kFullScan) checked_.insert(call_batch_);
         choice_.how += ", cached";
         return;
       }
@@ -286,7 +307,7 @@ class ConvStep final : public Step {
     CUDNN_CHECK_CTX(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn, &max_count), label_);
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(size_t(std::max(max_count, 1)));
     int returned = 0;
-    set_descriptors(max_batch_);
+    set_descriptors(call_batch_);
     const bool measured = !ctx.options.deterministic;
     if (!measured) {
       CUDNN_CHECK_CTX(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, x_desc_, filter_desc_, conv_desc_, y_desc_,
@@ -309,7 +330,7 @@ class ConvStep final : public Step {
       const std::string why = try_candidate(ctx, perfs[i], fp32);
       if (why.empty()) {
         choice_.how = measured ? fmt::format("measured {:.4f} ms at batch {}, rank {} of {} [{}]", perfs[i].time,
-                                             max_batch_, i + 1, perfs.size(), measured_list(perfs))
+                                             call_batch_, i + 1, perfs.size(), measured_list(perfs))
                                : fmt::format("heuristic rank {} of {}", i + 1, perfs.size());
         std::lock_guard<std::mutex> lock(g_cache_mutex);
         algo_cache()[key] = choice_;
@@ -329,6 +350,9 @@ class ConvStep final : public Step {
   bool fused_identity_ = false;
   std::string fused_name_;
   int c_ = 0, h_ = 0, w_ = 0, k_ = 0, oh_ = 0, ow_ = 0, in_h_ = 0, in_w_ = 0, max_batch_ = 1;
+  int call_batch_ = 1;  // the most samples one call takes (max_batch_, or a chunk of it)
+  BatchChunks chunks_;
+  TensorDesc x_tail_, y_tail_;
   int filter_h_ = 0, filter_w_ = 0;
   std::string pad_key_;
   cudnnHandle_t cudnn_ = nullptr;

@@ -114,13 +114,14 @@ class SpaceToDepthConvStep final : public Step {
       if (*activation_ == OpType::Sigmoid) mode = CUDNN_ACTIVATION_SIGMOID;
       CUDNN_CHECK_CTX(cudnnSetActivationDescriptor(act_desc_, mode, CUDNN_PROPAGATE_NAN, 0.0), label_);
     }
+    chunks_.limit(int64_t(std::max(in_sample, out_sample)));
     set_batch(ctx.max_batch);
   }
 
   void set_batch(int n) override {
     conv_->set_batch(n);
     chunks_.set(n);
-    if (chunks_.has_full()) describe(kBatchChunk, in_full_, xs_full_, ys_full_, out_full_);
+    if (chunks_.has_full()) describe(chunks_.size(), in_full_, xs_full_, ys_full_, out_full_);
     if (chunks_.tail() > 0) describe(chunks_.tail(), in_tail_, xs_tail_, ys_tail_, out_tail_);
   }
 

@@ -18,7 +18,7 @@
 //   table lists for INT8_EXT_CONFIG; should a cuDNN refuse it for a shape, the heuristic ranking's
 //   other non-transform entries are tried (integer sums are exact: every algorithm gives the same
 //   bits). Asymmetric padding: the fp32 input is padded first (ExplicitPad, zero border), then
-//   quantized (0 quantizes to 0). Calls taking N run on chunks of kBatchChunk samples (steps.hpp).
+//   quantized (0 quantizes to 0). Calls taking N run on chunks of at most kBatchChunk samples (steps.hpp: BatchChunks).
 // dense: cublasGemmEx with CUDA_R_8I operands, CUDA_R_32I output, CUBLAS_COMPUTE_32I (int32 alpha and
 //   beta). cuBLAS's integer GEMM wants 4-byte-aligned operands and leading dimensions that are
 //   multiples of 4, in the "TN" form (A transposed, B not): K (the reduction) is padded to a multiple
@@ -161,7 +161,8 @@ class Int8ConvStep final : public Step {
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_INT32),
                     label_);
     CUDNN_CHECK_CTX(cudnnSetConvolutionMathType(conv_desc_, CUDNN_DEFAULT_MATH), label_);
-    describe(full_x_, full_y_, std::min(max_batch_, kBatchChunk));
+    chunks_.limit(std::max(int64_t(in_h_) * in_w_ * cp_, int64_t(oh_) * ow_ * kp_));
+    describe(full_x_, full_y_, std::min(max_batch_, chunks_.size()));
     int n = 0, k = 0, oh = 0, ow = 0;
     CUDNN_CHECK_CTX(cudnnGetConvolution2dForwardOutputDim(conv_desc_, full_x_, filter_desc_, &n, &k, &oh, &ow), label_);
     if (k != kp_ || oh != oh_ || ow != ow_)
@@ -204,7 +205,7 @@ class Int8ConvStep final : public Step {
     if (!cudnn_refusal_.empty()) return;  // nothing of cuDNN's to describe
     if (pad_) pad_->set_batch(n);
     chunks_.set(n);
-    if (chunks_.has_full()) describe(full_x_, full_y_, kBatchChunk);
+    if (chunks_.has_full()) describe(full_x_, full_y_, chunks_.size());
     if (chunks_.tail() > 0) {
       describe(tail_x_, tail_y_, chunks_.tail());
       if (!checked_.count(chunks_.tail())) {
@@ -374,7 +375,7 @@ class Int8ConvStep final : public Step {
       checked.insert(n);
       return {};
     };
-    const int largest = std::min(max_batch_, kBatchChunk);  // no call sees more samples than a chunk
+    const int largest = std::min(max_batch_, chunks_.size());  // no call sees more samples than a chunk
     const int full = std::min(largest, kFullScan);
     for (int n = 1; n <= full; ++n)
       if (auto why = check(n); !why.empty()) return why;
@@ -408,7 +409,7 @@ class Int8ConvStep final : public Step {
     CUDNN_CHECK_CTX(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn, &max_count), label_);
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(size_t(std::max(max_count, 1)));
     int returned = 0;
-    describe(full_x_, full_y_, std::min(max_batch_, kBatchChunk));
+    describe(full_x_, full_y_, std::min(max_batch_, chunks_.size()));
     CUDNN_CHECK_CTX(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, full_x_, filter_desc_, conv_desc_, full_y_,
                                                            int(perfs.size()), &returned, perfs.data()),
                     label_);

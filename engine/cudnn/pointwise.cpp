@@ -21,8 +21,9 @@ class ChunkedRows {
   void set(const Storage& storage, int n, int elements, const std::string& label) {
     storage_ = storage;
     elements_ = elements;
+    chunks_.limit(elements);
     chunks_.set(n);
-    if (chunks_.has_full()) set_flat(full_, storage, kBatchChunk, elements, 1, 1, label);
+    if (chunks_.has_full()) set_flat(full_, storage, chunks_.size(), elements, 1, 1, label);
     if (chunks_.tail() > 0) set_flat(tail_, storage, chunks_.tail(), elements, 1, 1, label);
   }
   // f(offset of the chunk's first sample in elements, its descriptor)
@@ -152,11 +153,12 @@ class ScaleShiftStep final : public Step {
     CUDNN_CHECK_CTX(cudnnSetOpTensorDescriptor(mul_, CUDNN_OP_TENSOR_MUL, CUDNN_DATA_FLOAT, CUDNN_PROPAGATE_NAN),
                     label_);
     set_flat(per_channel_, storage_, 1, channels_, 1, 1, label_);
+    chunks_.limit(int64_t(channels_) * inner_);
     set_batch(ctx.max_batch);
   }
   void set_batch(int n) override {
     chunks_.set(n);
-    if (chunks_.has_full()) describe(full_, kBatchChunk);
+    if (chunks_.has_full()) describe(full_, chunks_.size());
     if (chunks_.tail() > 0) describe(tail_, chunks_.tail());
   }
   void enqueue(const RunContext& ctx) override {

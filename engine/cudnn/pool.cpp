@@ -45,6 +45,7 @@ class PoolStep final : public Step {
     CUDNN_CHECK_CTX(cudnnSetPooling2dDescriptor(pool_desc_, mode_, CUDNN_PROPAGATE_NAN, w.kernel_h, w.kernel_w,
                                                 pad_h, pad_w, w.stride_h, w.stride_w),
                     label_);
+    chunks_.limit(int64_t(c_) * std::max(int64_t(in_h_) * in_w_, int64_t(oh_) * ow_));
     set_batch(ctx.max_batch);
     int n = 0, c = 0, oh = 0, ow = 0;
     CUDNN_CHECK_CTX(cudnnGetPooling2dForwardOutputDim(pool_desc_, chunks_.has_full() ? x_full_ : x_tail_, &n, &c,
@@ -59,7 +60,7 @@ class PoolStep final : public Step {
   void set_batch(int n) override {
     if (pad_) pad_->set_batch(n);
     chunks_.set(n);
-    if (chunks_.has_full()) describe(kBatchChunk, x_full_, y_full_);
+    if (chunks_.has_full()) describe(chunks_.size(), x_full_, y_full_);
     if (chunks_.tail() > 0) describe(chunks_.tail(), x_tail_, y_tail_);
   }
 

@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,23 +82,41 @@ class Step {
 // most kBatchChunk samples. No arithmetic crosses samples in those calls, so chunking changes no
 // result; it adds launches only above the chunk size.
 constexpr int kBatchChunk = 32768;
+// cudnnSetTensor4dDescriptor refuses a tensor of 2^31 elements or more (n · c · h · w must fit an
+// int): a call's tensors stay at or below 2^30 elements, the largest size this backend's kernels
+// run at (32,768 samples of [32, 32, 32]), so a batch of large samples runs in smaller chunks.
+constexpr int64_t kMaxTensorElements = int64_t(1) << 30;
 
+// The most samples one library call may take: `cap`, fewer where a sample has so many elements
+// (`per_sample`: the largest per-sample tensor the call describes) that `cap` of them would pass
+// kMaxTensorElements; at least 1.
+inline int chunk_samples(int64_t per_sample, int cap = kBatchChunk) {
+  const int64_t fit = kMaxTensorElements / std::max<int64_t>(per_sample, 1);
+  return int(std::max<int64_t>(1, std::min<int64_t>(cap, fit)));
+}
+
+// A batch of n samples as full chunks of size() samples and a tail. The size is fixed at compile
+// time (limit), so the chunks a run takes depend only on n.
 class BatchChunks {
  public:
+  // per_sample, cap: as chunk_samples. Call before set().
+  void limit(int64_t per_sample, int cap = kBatchChunk) { size_ = chunk_samples(per_sample, cap); }
+  int size() const { return size_; }
   void set(int n) {
-    full_ = n / kBatchChunk;
-    tail_ = n % kBatchChunk;
+    full_ = n / size_;
+    tail_ = n % size_;
   }
   bool has_full() const { return full_ > 0; }
   int tail() const { return tail_; }
   // f(first_sample, is_tail) for each chunk, in order.
   template <typename F>
   void for_each(F&& f) const {
-    for (int i = 0; i < full_; ++i) f(size_t(i) * size_t(kBatchChunk), false);
-    if (tail_ > 0) f(size_t(full_) * size_t(kBatchChunk), true);
+    for (int i = 0; i < full_; ++i) f(size_t(i) * size_t(size_), false);
+    if (tail_ > 0) f(size_t(full_) * size_t(size_), true);
   }
 
  private:
+  int size_ = kBatchChunk;
   int full_ = 0, tail_ = 0;
 };
 
