@@ -398,17 +398,44 @@ void CudnnExecutable::add_edge_conversions(std::vector<std::unique_ptr<Step>>& e
   }
 }
 
-void CudnnExecutable::choose_tactics() {
+namespace {
+
+// Runs `enqueue` once (warm-up: loads library kernels), then `runs` times between two events on
+// `stream`; the mean time of one run in ms.
+template <typename F>
+float time_enqueues(cudaStream_t stream, const std::string& what, int runs, F&& enqueue) {
   cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK_CTX(cudaEventCreate(&start), "timing tactics");
-  CUDA_CHECK_CTX(cudaEventCreate(&stop), "timing tactics");
-  struct Events {
-    cudaEvent_t a, b;
-    ~Events() {
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
+  CUDA_CHECK_CTX(cudaEventCreate(&start), what);
+  struct Owned {
+    cudaEvent_t* e;
+    ~Owned() {
+      if (*e) cudaEventDestroy(*e);
     }
-  } owned{start, stop};
+  } own_start{&start}, own_stop{&stop};
+  CUDA_CHECK_CTX(cudaEventCreate(&stop), what);
+  enqueue();
+  CUDA_CHECK_CTX(cudaEventRecord(start, stream), what);
+  for (int i = 0; i < runs; ++i) enqueue();
+  CUDA_CHECK_CTX(cudaEventRecord(stop, stream), what);
+  CUDA_CHECK_CTX(cudaEventSynchronize(stop), what);
+  float ms = 0;
+  CUDA_CHECK_CTX(cudaEventElapsedTime(&ms, start, stop), what);
+  return ms / float(runs);
+}
+
+}  // namespace
+
+float CudnnExecutable::time_forward_ms() {
+  constexpr int kRuns = 3;
+  return time_enqueues(stream(), fmt::format("cudnn backend, model '{}': timing a forward pass", graph_.model->name),
+                       kRuns, [&] { forward(max_batch_); });
+}
+
+void CudnnExecutable::add_plan_note(const std::string& line) {
+  summary_.insert(summary_.empty() ? summary_.end() : summary_.begin() + 1, line);
+}
+
+void CudnnExecutable::choose_tactics() {
   const std::string forced = int8_conv_name(cudnn_options_.int8_conv);
   for (auto& step : steps_) {
     const int count = step->tactics();
@@ -418,14 +445,9 @@ void CudnnExecutable::choose_tactics() {
     int best = 0;
     for (int t = 0; t < count; ++t) {
       step->use_tactic(t);
-      step->enqueue(run_ctx_);  // warm-up: loads the library's kernels
       constexpr int kRuns = 3;
-      CUDA_CHECK_CTX(cudaEventRecord(start, stream()), step->label());
-      for (int i = 0; i < kRuns; ++i) step->enqueue(run_ctx_);
-      CUDA_CHECK_CTX(cudaEventRecord(stop, stream()), step->label());
-      CUDA_CHECK_CTX(cudaEventSynchronize(stop), step->label() + ": timing tactic " + step->tactic_name(t));
-      CUDA_CHECK_CTX(cudaEventElapsedTime(&ms[size_t(t)], start, stop), step->label());
-      ms[size_t(t)] /= kRuns;
+      ms[size_t(t)] = time_enqueues(stream(), step->label() + ": timing tactic " + step->tactic_name(t), kRuns,
+                                    [&] { step->enqueue(run_ctx_); });
       if (ms[size_t(t)] < ms[size_t(best)]) best = t;
     }
     if (!forced.empty()) {

@@ -21,6 +21,10 @@ class CudnnExecutable final : public gpu::GpuExecutable {
 
   void forward(int n) override;
   std::string plan_summary() const override;
+  // One forward pass at max_batch, timed on the executable's stream (ms; after a warm-up pass).
+  float time_forward_ms();
+  // A line for the plan summary, after its first (the backend's precision choice).
+  void add_plan_note(const std::string& line);
 
  private:
   void build_steps(const BuildContext& ctx);

@@ -31,6 +31,13 @@ struct CudnnOptions {
   // cublasGemmEx + cudnnAddTensor + the relu's own pass, cuBLAS's heuristic choice per call.
   enum class Dense { CublasLt, Gemm };
   Dense dense = Dense::CublasLt;
+
+  // A reduced precision (int8, fp16, bf16). Fastest: a permission, TensorRT's way: the model is
+  // compiled at each precision it allows (precision_choice.hpp: int8 also fp16 and fp32, fp16 / bf16
+  // also fp32), one forward pass of each timed at max_batch, the fastest kept; the plan states which
+  // and the times. AsAsked: exactly the precision asked (tests of a precision's own kernels).
+  enum class PrecisionChoice { Fastest, AsAsked };
+  PrecisionChoice precision_choice = PrecisionChoice::Fastest;
 };
 
 // The tactic's name as Step::tactic_name spells it ("cudnn", "gemm", "gemm_t"); "" for Fastest.

@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,9 +39,17 @@ using testing_support::window;
 using engine::cudnn::CudnnOptions;
 using Layout = CudnnOptions::Layout;
 
-// The cudnn backend with its storage layout fixed.
-CudnnOptions with_layout(Layout layout) {
+// The cudnn backend at exactly the precision asked (these tests check a precision's own kernels; the
+// default takes the fastest precision allowed: CudnnPrecisionChoice below).
+CudnnOptions as_asked() {
   CudnnOptions o;
+  o.precision_choice = CudnnOptions::PrecisionChoice::AsAsked;
+  return o;
+}
+
+// The same, with its storage layout fixed.
+CudnnOptions with_layout(Layout layout) {
+  CudnnOptions o = as_asked();
   o.layout = layout;
   return o;
 }
@@ -89,7 +99,7 @@ std::vector<Case> cases() {
 }
 
 std::string plan_of(const std::shared_ptr<formats::Model>& model, const engine::CompileOptions& options,
-                    const CudnnOptions& cudnn_options = {}) {
+                    const CudnnOptions& cudnn_options = as_asked()) {
   auto backend = engine::cudnn::make_cudnn_backend(cudnn_options);
   engine::CompileOptions o = options;
   o.max_batch = 300;
@@ -125,7 +135,8 @@ TEST(CudnnLayout, FlattenIntoNonDenseKeepsNchw) {
   const std::string plan = plan_of(model, fp16);
   EXPECT_NE(plan.find("fp16 NCHW storage"), std::string::npos) << plan;
   EXPECT_NE(plan.find("storage: NCHW: 'f'"), std::string::npos) << plan;
-  for (const auto& bc : cudnn_test::batch_cases()) cudnn_test::expect_matches_cpu(model, bc, 5201, -1, 1, fp16, 1e-2);
+  for (const auto& bc : cudnn_test::batch_cases())
+    cudnn_test::expect_matches_cpu(model, bc, 5201, -1, 1, fp16, 1e-2, as_asked());
 }
 
 // fp16 and bf16 against the reference's emulation of the same precision. The two round at nearly the
@@ -139,6 +150,7 @@ struct ReducedCase {
 
 TEST(CudnnReducedPrecision, MatchesReferenceEmulation) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
+  const auto backend = engine::cudnn::make_cudnn_backend(as_asked());
   for (const ReducedCase rc : {ReducedCase{engine::Precision::FP16, 1e-2}, ReducedCase{engine::Precision::BF16, 5e-2}}) {
     engine::CompileOptions options;
     options.precision = rc.precision;
@@ -148,7 +160,7 @@ TEST(CudnnReducedPrecision, MatchesReferenceEmulation) {
       for (const auto& bc : cudnn_test::batch_cases()) {
         const size_t per_sample = size_t(formats::element_count(c.model->input.raw_shape));
         const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 5300 + uint32_t(bc.batch));
-        const auto r = testing_support::compare_with_cpu(c.model, "cudnn", input.data(), bc.batch, bc.max_batch, options);
+        const auto r = testing_support::compare_with_cpu(c.model, *backend, input.data(), bc.batch, bc.max_batch, options);
         EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
         EXPECT_LE(r.max_rel_error, rc.tolerance) << "batch " << bc.batch << ", worst " << r.worst;
         worst = std::max(worst, r.max_rel_error);
@@ -175,8 +187,9 @@ TEST(CudnnReducedPrecision, Lenet5OnMnist) {
     engine::CompileOptions options;
     options.precision = p;
     std::string summary;
-    const auto got = gpu_test::run_all("cudnn", model, images, 1024, options, &summary);
-    const auto again = gpu_test::run_all("cudnn", model, images, 1024, options);
+    const auto backend = engine::cudnn::make_cudnn_backend(as_asked());
+    const auto got = gpu_test::run_all(*backend, model, images, 1024, options, &summary);
+    const auto again = gpu_test::run_all(*backend, model, images, 1024, options);
     const auto a = gpu_test::agreement(got, ref, classes);
     EXPECT_EQ(a.nan, 0u);
     EXPECT_GE(double(a.argmax_same), 0.999 * double(a.samples));
@@ -247,12 +260,13 @@ TEST(CudnnInt8, HugeBatches) {
   engine::CompileOptions options;
   options.precision = engine::Precision::INT8;
   const auto base = int8_small_model();
+  const auto backend = engine::cudnn::make_cudnn_backend(as_asked());
   for (const auto& bc : gpu_test::huge_batch_cases()) {
     SCOPED_TRACE("batch " + std::to_string(bc.batch));
     const size_t per_sample = size_t(formats::element_count(base->input.raw_shape));
     const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 5600 + uint32_t(bc.batch));
     const auto model = tc_test::calibrated(base, input.data(), bc.batch);
-    const auto r = testing_support::compare_with_cpu(model, "cudnn", input.data(), bc.batch, bc.max_batch, options);
+    const auto r = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch, options);
     EXPECT_EQ(r.unwritten, 0u);
     EXPECT_LE(r.max_rel_error, 0.25) << r.worst;
     std::cout << "[ measured ] cudnn int8 " << bc.batch << " images: max relative error against the emulation "
@@ -271,14 +285,15 @@ TEST(CudnnInt8, SameBitsForAnyBatchSplit) {
   const size_t per_sample = size_t(formats::element_count(base->input.raw_shape));
   const auto input = testing_support::random_floats(per_sample * size_t(n), 5700);
   const auto model = tc_test::calibrated(base, input.data(), n);
-  const auto whole = testing_support::run_backend(model, "cudnn", input.data(), n, n, options).at(0);
-  const auto again = testing_support::run_backend(model, "cudnn", input.data(), n, n, options).at(0);
+  const auto backend = engine::cudnn::make_cudnn_backend(as_asked());
+  const auto whole = testing_support::run_backend(model, *backend, input.data(), n, n, options).at(0);
+  const auto again = testing_support::run_backend(model, *backend, input.data(), n, n, options).at(0);
   EXPECT_EQ(std::memcmp(whole.data(), again.data(), whole.size() * sizeof(float)), 0) << "not repeatable";
   const size_t units = whole.size() / size_t(n);
   int start = 0;
   for (int b : {1, 15, 16, 17, 951}) {
     const auto part =
-        testing_support::run_backend(model, "cudnn", input.data() + size_t(start) * per_sample, b, n, options).at(0);
+        testing_support::run_backend(model, *backend, input.data() + size_t(start) * per_sample, b, n, options).at(0);
     EXPECT_EQ(std::memcmp(part.data(), whole.data() + size_t(start) * units, part.size() * sizeof(float)), 0)
         << "images " << start << ".." << start + b - 1;
     start += b;
@@ -288,7 +303,8 @@ TEST(CudnnInt8, SameBitsForAnyBatchSplit) {
 // LeNet-5 on MNIST in int8, calibrated on the first 1,000 test images (as the custom backend's test):
 // >= 99.5 % the same class as fp32 (the reference), max |dp| <= 0.25, bitwise repeatable, the plan
 // names the int8 calls; and against the reference's own int8 emulation of the same calibrated model:
-// rare one-step differences only (>= 99.9 % the same class, max |dp| <= 2e-2).
+// rare one-step differences only (>= 99.9 % the same class, max |dp| <= 2e-2). Then the same through
+// the default backend, which may run it at a wider precision.
 TEST(CudnnInt8, Lenet5OnMnist) {
   ENGINE_SKIP_UNLESS_BACKEND("cudnn");
   const auto& images = gpu_test::mnist_images();
@@ -302,8 +318,9 @@ TEST(CudnnInt8, Lenet5OnMnist) {
   options.precision = engine::Precision::INT8;
   const auto ref = gpu_test::run_all("reference", model, images, 1024);
   std::string summary;
-  const auto got = gpu_test::run_all("cudnn", model, images, 1024, options, &summary);
-  const auto again = gpu_test::run_all("cudnn", model, images, 1024, options);
+  const auto backend = engine::cudnn::make_cudnn_backend(as_asked());
+  const auto got = gpu_test::run_all(*backend, model, images, 1024, options, &summary);
+  const auto again = gpu_test::run_all(*backend, model, images, 1024, options);
   const auto a = gpu_test::agreement(got, ref, classes);
   EXPECT_EQ(a.nan, 0u);
   EXPECT_GE(double(a.argmax_same), 0.995 * double(a.samples));
@@ -320,6 +337,32 @@ TEST(CudnnInt8, Lenet5OnMnist) {
             << ", max |dp| " << a.max_abs << "; against the reference's int8 emulation: same class " << e.argmax_same
             << ", max |dp| " << e.max_abs << "\n"
             << summary;
+
+  // The default backend takes the fastest precision int8 allows (precision_choice.hpp): whichever it
+  // takes, int8's bounds against fp32 hold, the plan states the choice, and that executable gives the
+  // same bits on a second run of the same batch.
+  const auto fastest = engine::cudnn::make_cudnn_backend();
+  std::string chosen_summary;
+  const auto chosen = gpu_test::run_all(*fastest, model, images, 1024, options, &chosen_summary);
+  const auto c = gpu_test::agreement(chosen, ref, classes);
+  EXPECT_EQ(c.nan, 0u);
+  EXPECT_GE(double(c.argmax_same), 0.995 * double(c.samples));
+  EXPECT_LE(c.max_abs, 0.25);
+  EXPECT_NE(chosen_summary.find("precision: int8 asked, "), std::string::npos) << chosen_summary;
+  EXPECT_NE(chosen_summary.find("the fastest forward pass at batch 1024: int8 "), std::string::npos) << chosen_summary;
+  engine::CompileOptions at_1024 = options;
+  at_1024.max_batch = 1024;
+  auto exe = fastest->compile(engine::plan_graph(model), at_1024);
+  const int n = int(std::min<int64_t>(1024, images.count));
+  std::vector<float> first(classes * size_t(n), std::nanf("")), second(first.size(), std::nanf(""));
+  for (std::vector<float>* out : {&first, &second}) {
+    float* p = out->data();
+    exe->run(images.pixels.data(), n, std::span<float* const>(&p, 1));
+  }
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0) << "not bitwise repeatable";
+  std::cout << "[ measured ] cudnn int8 (fastest allowed precision) lenet5: same class as fp32 " << c.argmax_same
+            << " of " << c.samples << ", max |dp| " << c.max_abs << "\n"
+            << chosen_summary.substr(0, chosen_summary.find('\n', chosen_summary.find('\n') + 1)) << "\n";
 }
 
 // The int8 convolution's three tactics (engine/cudnn/int8.cpp: cuDNN's INT8_EXT_CONFIG kernel, or the

@@ -44,14 +44,13 @@ inline const formats::ImageBatch& mnist_images() {
 
 // Runs every image through one executable compiled for `max_batch`, in batches of max_batch (the last
 // one partial), with NaN-poisoned output buffers; returns the first output, [count, elements].
-inline std::vector<float> run_all(const std::string& backend_name, const std::shared_ptr<formats::Model>& model,
+inline std::vector<float> run_all(engine::Backend& backend, const std::shared_ptr<formats::Model>& model,
                                   const formats::ImageBatch& images, int max_batch,
                                   const engine::CompileOptions& base = {}, std::string* summary = nullptr) {
   const engine::Graph graph = engine::plan_graph(model);
-  auto backend = engine::BackendRegistry::instance().create(backend_name);
   engine::CompileOptions options = base;
   options.max_batch = max_batch;
-  auto exe = backend->compile(graph, options);
+  auto exe = backend.compile(graph, options);
   if (summary) *summary = exe->plan_summary();
   const size_t per_image = size_t(images.channels * images.height * images.width);
   std::vector<std::vector<float>> outputs(graph.outputs.size());
@@ -68,6 +67,12 @@ inline std::vector<float> run_all(const std::string& backend_name, const std::sh
               result.begin() + ptrdiff_t(out0 * size_t(start)));
   }
   return result;
+}
+
+inline std::vector<float> run_all(const std::string& backend_name, const std::shared_ptr<formats::Model>& model,
+                                  const formats::ImageBatch& images, int max_batch,
+                                  const engine::CompileOptions& base = {}, std::string* summary = nullptr) {
+  return run_all(*engine::BackendRegistry::instance().create(backend_name), model, images, max_batch, base, summary);
 }
 
 // How a backend's probabilities compare with the reference's, sample by sample.
