@@ -23,7 +23,8 @@ PrecisionDecision choose_precision(Precision asked, const std::vector<PrecisionT
   for (size_t i = 1; i < timings.size(); ++i)
     if (timings[i].ms < timings[d.chosen].ms) d.chosen = i;
   std::string times;
-  for (const auto& t : timings) times += fmt::format("{}{} {:.4g} ms", times.empty() ? "" : ", ", precision_name(t.precision), t.ms);
+  for (const auto& t : timings)
+    times += fmt::format("{}{} {:.4g} ms", times.empty() ? "" : ", ", precision_name(t.precision), t.ms);
   const Precision taken = timings[d.chosen].precision;
   d.note = fmt::format("precision: {} asked, {} runs ({}; the fastest forward pass at batch {}: {}; a wider "
                        "precision keeps {}'s accuracy bound)",

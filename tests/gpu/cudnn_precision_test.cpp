@@ -160,7 +160,8 @@ TEST(CudnnReducedPrecision, MatchesReferenceEmulation) {
       for (const auto& bc : cudnn_test::batch_cases()) {
         const size_t per_sample = size_t(formats::element_count(c.model->input.raw_shape));
         const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 5300 + uint32_t(bc.batch));
-        const auto r = testing_support::compare_with_cpu(c.model, *backend, input.data(), bc.batch, bc.max_batch, options);
+        const auto r =
+            testing_support::compare_with_cpu(c.model, *backend, input.data(), bc.batch, bc.max_batch, options);
         EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
         EXPECT_LE(r.max_rel_error, rc.tolerance) << "batch " << bc.batch << ", worst " << r.worst;
         worst = std::max(worst, r.max_rel_error);
