@@ -37,6 +37,9 @@ struct GeneralOptions {
   // Every conv2d/dense kernel on this block tile (an index of general::GemmTile) instead of the one
   // the planner picks per layer and batch; the bits are the same (tests check it).
   std::optional<int> tile;
+  // Layers whose K is cut into chunks run them on separate blocks (true) or in one thread (false)
+  // at every batch, instead of the planner's per-batch choice; the bits are the same (tests check it).
+  std::optional<bool> chunks_on_blocks;
 };
 
 struct CustomOptions {

@@ -27,10 +27,41 @@ __device__ __forceinline__ float apply_stages(float v, const GemmEpilogue& e, in
   return v;
 }
 
-template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL>
+// Output (sample b, position sp of `spatial`, channel n) of an unpooled GEMM, its epilogue run.
+__device__ __forceinline__ void store_plain(const GemmEpilogue& e, float v, int64_t b, int64_t sp, int64_t spatial,
+                                            int n, int oc) {
+  e.y[b * e.y_stride + e.y_offset + n * spatial + sp] = apply_stages(v, e, 0, e.count, b, n, oc, sp, spatial);
+}
+
+// The pooled output of window `window` (rows 4 * window .. + 3 hold its four conv outputs).
+__device__ __forceinline__ void store_pooled(const GemmShape& s, const GemmEpilogue& e, const float (&v)[4],
+                                             int64_t window, int n) {
+  const int wp = s.out_width / 2, hp = s.out_height / 2;
+  const int px = int(window % wp);
+  const int64_t t = window / wp;
+  const int py = int(t % hp);
+  const int64_t b = t / hp;
+  const int64_t conv_spatial = int64_t(s.out_height) * s.out_width, pooled = int64_t(hp) * wp;
+  const int oc = s.out_channels;
+  float best = -INFINITY;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t sp = int64_t(2 * py + (r >> 1)) * s.out_width + 2 * px + (r & 1);
+    best = fmaxf(best, apply_stages(v[r], e, 0, e.pool_at, b, n, oc, sp, conv_spatial));
+  }
+  const int64_t sp = int64_t(py) * wp + px;
+  e.y[b * e.y_stride + e.y_offset + n * pooled + sp] = apply_stages(best, e, e.pool_at, e.count, b, n, oc, sp, pooled);
+}
+
+// How a launch treats the K chunks (GemmChunks): one chunk started at the bias; every chunk in the
+// same thread (a second accumulator per output takes each chunk's sum); or chunk blockIdx.z only,
+// its sum (from 0) stored to partial[(z * oc + n) * M + m] for chunk_sum_kernel.
+enum class Mode { Whole, Chunks, Partial };
+
+template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL, Mode MODE>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     conv_gemm_kernel(const float* __restrict__ x, const float* __restrict__ w, const int4* __restrict__ ktab,
-                     int ocp, GemmShape s, GemmEpilogue e, int64_t M) {
+                     int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial, int64_t M) {
   constexpr int BK = kGemmBk;
   constexpr int RY = BM / TM, RX = BN / TN;  // threads along m and along n
   constexpr int THREADS = RY * RX;
@@ -47,6 +78,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   const int n0 = blockIdx.y * BN;
   const int K = s.channels * s.kernel_h * s.kernel_w;
   const int ktiles = (K + BK - 1) / BK;
+  int kt_begin = 0, kt_end = ktiles;
+  if constexpr (MODE == Mode::Partial) {
+    kt_begin = int(blockIdx.z) * chunks.tiles;
+    kt_end = min(ktiles, kt_begin + chunks.tiles);
+  }
   const int hw = s.height * s.width;
 
   // The conv loader's row: one output pixel per thread, decoded once.
@@ -117,21 +153,27 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     for (int i = 0; i < B_PER; ++i) Bs[buf][tid / BN + i * (THREADS / BN)][tid % BN] = rb[i];
   };
 
-  float acc[TM][TN];
+  // acc: the running sum (of everything with one chunk, of the current chunk otherwise); total:
+  // the bias plus the finished chunks' sums, in order (Mode::Chunks only).
+  float acc[TM][TN], total[TM][TN];
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
     const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
-    const float b0 = (e.bias != nullptr && n < s.out_channels) ? e.bias[n] : 0.0f;
+    const float b0 = (MODE != Mode::Partial && e.bias != nullptr && n < s.out_channels) ? e.bias[n] : 0.0f;
 #pragma unroll
-    for (int i = 0; i < TM; ++i) acc[i][j] = b0;
+    for (int i = 0; i < TM; ++i) {
+      acc[i][j] = MODE == Mode::Whole ? b0 : 0.0f;
+      total[i][j] = b0;
+    }
   }
 
-  load(0);
+  load(kt_begin);
   store(0);
   __syncthreads();
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int buf = kt & 1;
-    if (kt + 1 < ktiles) load(kt + 1);
+  int in_chunk = 0;
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
+    const int buf = (kt - kt_begin) & 1;
+    if (kt + 1 < kt_end) load(kt + 1);
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], bv[TN];
@@ -150,36 +192,48 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
     }
-    if (kt + 1 < ktiles) store(buf ^ 1);  // that buffer was last read before the previous barrier
+    if constexpr (MODE == Mode::Chunks) {
+      if (++in_chunk == chunks.tiles || kt + 1 == kt_end) {  // a chunk ends: fold its sum in
+        in_chunk = 0;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) total[i][j] = total[i][j] + acc[i][j], acc[i][j] = 0.0f;
+      }
+    }
+    if (kt + 1 < kt_end) store(buf ^ 1);  // that buffer was last read before the previous barrier
     __syncthreads();
+  }
+  if constexpr (MODE == Mode::Chunks) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = total[i][j];
   }
 
   const int oc = s.out_channels;
 #pragma unroll
   for (int g = 0; g < TM / 4; ++g) {
     const int64_t mg = m0 + g * RY * 4 + ty * 4;  // first of this thread's 4 consecutive rows
-    if constexpr (POOL) {
+    if constexpr (MODE == Mode::Partial) {
+      float* pz = partial + int64_t(blockIdx.z) * oc * M;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if (mg + r >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
+          if (n < oc) pz[int64_t(n) * M + mg + r] = acc[g * 4 + r][j];
+        }
+      }
+    } else if constexpr (POOL) {
       if (mg >= M) continue;
-      const int wp = s.out_width / 2, hp = s.out_height / 2;
-      const int64_t window = mg >> 2;
-      const int px = int(window % wp);
-      const int64_t t = window / wp;
-      const int py = int(t % hp);
-      const int64_t b = t / hp;
-      const int64_t conv_spatial = int64_t(s.out_height) * s.out_width, pooled = int64_t(hp) * wp;
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
         const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
         if (n >= oc) continue;
-        float best = -INFINITY;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int64_t sp = int64_t(2 * py + (r >> 1)) * s.out_width + 2 * px + (r & 1);
-          best = fmaxf(best, apply_stages(acc[g * 4 + r][j], e, 0, e.pool_at, b, n, oc, sp, conv_spatial));
-        }
-        const int64_t sp = int64_t(py) * wp + px;
-        e.y[b * e.y_stride + e.y_offset + n * pooled + sp] = apply_stages(best, e, e.pool_at, e.count, b, n, oc, sp,
-                                                                          pooled);
+        const float v[4] = {acc[g * 4][j], acc[g * 4 + 1][j], acc[g * 4 + 2][j], acc[g * 4 + 3][j]};
+        store_pooled(s, e, v, mg >> 2, n);
       }
     } else {
       const int64_t spatial = int64_t(s.out_height) * s.out_width;
@@ -188,35 +242,74 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
         const int64_t m = mg + r;
         if (m >= M) continue;
         const int64_t b = m / spatial, sp = m - b * spatial;
-        float* yr = e.y + b * e.y_stride + e.y_offset + sp;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
           const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
-          if (n < oc) yr[n * spatial] = apply_stages(acc[g * 4 + r][j], e, 0, e.count, b, n, oc, sp, spatial);
+          if (n < oc) store_plain(e, acc[g * 4 + r][j], b, sp, spatial, n, oc);
         }
       }
     }
   }
 }
 
+// The chunks' sums of Mode::Partial added to the bias in chunk order, then the epilogue: one
+// thread per output channel and row (pooled: per window of 4 rows), rows fastest.
+template <bool POOL>
+__global__ void chunk_sum_kernel(const float* __restrict__ partial, int count, GemmShape s, GemmEpilogue e, int64_t M) {
+  const int oc = s.out_channels;
+  const int64_t items = POOL ? M / 4 : M;
+  const int64_t spatial = int64_t(s.out_height) * s.out_width;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < items * oc;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int n = int(idx / items);
+    const int64_t item = idx - int64_t(n) * items;
+    const float b0 = e.bias != nullptr ? e.bias[n] : 0.0f;
+    if constexpr (POOL) {
+      float v[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float t = b0;
+        for (int z = 0; z < count; ++z) t = t + partial[(int64_t(z) * oc + n) * M + item * 4 + r];
+        v[r] = t;
+      }
+      store_pooled(s, e, v, item, n);
+    } else {
+      float t = b0;
+      for (int z = 0; z < count; ++z) t = t + partial[(int64_t(z) * oc + n) * M + item];
+      const int64_t b = item / spatial;
+      store_plain(e, t, b, item - b * spatial, spatial, n, oc);
+    }
+  }
+}
+
+template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL>
+void launch_mode(const GemmArgs& a, dim3 grid, int threads, float* partial, int64_t M, cudaStream_t stream) {
+  const auto& c = a.chunks;
+  if (c.count <= 1)
+    conv_gemm_kernel<BM, BN, TM, TN, DENSE, POOL, Mode::Whole>
+        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, nullptr, M);
+  else if (partial == nullptr)
+    conv_gemm_kernel<BM, BN, TM, TN, DENSE, POOL, Mode::Chunks>
+        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, nullptr, M);
+  else
+    conv_gemm_kernel<BM, BN, TM, TN, DENSE, POOL, Mode::Partial><<<dim3(grid.x, grid.y, c.count), threads, 0, stream>>>(
+        a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
+}
+
 template <int BM, int BN, int TM, int TN>
-void launch(const GemmArgs& a, int64_t M, cudaStream_t stream, const std::string& context) {
+void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, const std::string& context) {
   const int64_t row_blocks = (M + BM - 1) / BM, col_blocks = (a.shape.out_channels + BN - 1) / BN;
   if (row_blocks > INT_MAX || col_blocks > 65535)
     throw gpu::CudaError(context + ": " + std::to_string(M) + " x " + std::to_string(a.shape.out_channels) +
                          " outputs exceed the GEMM kernel's grid");
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks));
   const int threads = (BM / TM) * (BN / TN);
-  const bool pool = a.epilogue.pool_at >= 0;
   if (a.shape.dense)
-    conv_gemm_kernel<BM, BN, TM, TN, true, false>
-        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, a.epilogue, M);
-  else if (pool)
-    conv_gemm_kernel<BM, BN, TM, TN, false, true>
-        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, a.epilogue, M);
+    launch_mode<BM, BN, TM, TN, true, false>(a, grid, threads, partial, M, stream);
+  else if (a.epilogue.pool_at >= 0)
+    launch_mode<BM, BN, TM, TN, false, true>(a, grid, threads, partial, M, stream);
   else
-    conv_gemm_kernel<BM, BN, TM, TN, false, false>
-        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, a.epilogue, M);
+    launch_mode<BM, BN, TM, TN, false, false>(a, grid, threads, partial, M, stream);
 }
 
 }  // namespace
@@ -267,20 +360,47 @@ int64_t gemm_rows(const GemmShape& s, bool pooled, int n) {
   return int64_t(n) * s.out_height * s.out_width;
 }
 
-void conv_gemm_forward(const GemmArgs& a, GemmTile tile, int n, cudaStream_t stream, const std::string& context) {
+GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled) {
+  const int64_t ktiles = (s.k() + kGemmBk - 1) / kGemmBk;
+  const int64_t blocks = ((gemm_rows(s, pooled, 1) + 31) / 32) * ((s.out_channels + 31) / 32);
+  const int64_t wanted = (kChunkTargetBlocks + blocks - 1) / blocks;
+  const int64_t count = std::clamp<int64_t>(std::min(wanted, ktiles / kMinChunkTiles), 1, kMaxGemmChunks);
+  GemmChunks c;
+  c.tiles = int((ktiles + count - 1) / count);
+  c.count = c.tiles > 0 ? int((ktiles + c.tiles - 1) / c.tiles) : 1;
+  return c;
+}
+
+bool chunks_across_blocks(int64_t rows, int cols, int multiprocessors) {
+  return ((rows + 31) / 32) * ((cols + 31) / 32) < multiprocessors;
+}
+
+void conv_gemm_forward(const GemmArgs& a, GemmTile tile, float* partial, int n, cudaStream_t stream,
+                       const std::string& context) {
   const int64_t M = gemm_rows(a.shape, a.epilogue.pool_at >= 0, n);
   if (M <= 0) return;
+  if (a.chunks.count <= 1) partial = nullptr;
   switch (tile) {
-    case GemmTile::T32x32: launch<32, 32, 4, 4>(a, M, stream, context); break;
-    case GemmTile::T64x16: launch<64, 16, 4, 4>(a, M, stream, context); break;
-    case GemmTile::T64x32: launch<64, 32, 4, 4>(a, M, stream, context); break;
-    case GemmTile::T64x64: launch<64, 64, 4, 4>(a, M, stream, context); break;
-    case GemmTile::T128x32: launch<128, 32, 4, 4>(a, M, stream, context); break;
-    case GemmTile::T128x64: launch<128, 64, 8, 4>(a, M, stream, context); break;
-    case GemmTile::T128x128: launch<128, 128, 8, 8>(a, M, stream, context); break;
+    case GemmTile::T32x32: launch<32, 32, 4, 4>(a, partial, M, stream, context); break;
+    case GemmTile::T64x16: launch<64, 16, 4, 4>(a, partial, M, stream, context); break;
+    case GemmTile::T64x32: launch<64, 32, 4, 4>(a, partial, M, stream, context); break;
+    case GemmTile::T64x64: launch<64, 64, 4, 4>(a, partial, M, stream, context); break;
+    case GemmTile::T128x32: launch<128, 32, 4, 4>(a, partial, M, stream, context); break;
+    case GemmTile::T128x64: launch<128, 64, 8, 4>(a, partial, M, stream, context); break;
+    case GemmTile::T128x128: launch<128, 128, 8, 8>(a, partial, M, stream, context); break;
     case GemmTile::Count: break;
   }
   CUDA_CHECK_LAUNCH(context);
+  if (partial == nullptr) return;
+  const bool pooled = a.epilogue.pool_at >= 0;
+  const int64_t items = (pooled ? M / 4 : M) * a.shape.out_channels;
+  const int threads = 256;
+  const unsigned blocks = unsigned(std::min<int64_t>((items + threads - 1) / threads, 65535));
+  if (pooled)
+    chunk_sum_kernel<true><<<blocks, threads, 0, stream>>>(partial, a.chunks.count, a.shape, a.epilogue, M);
+  else
+    chunk_sum_kernel<false><<<blocks, threads, 0, stream>>>(partial, a.chunks.count, a.shape, a.epilogue, M);
+  CUDA_CHECK_LAUNCH(context + ", ordered sum of the K chunks");
 }
 
 }  // namespace engine::custom::general
