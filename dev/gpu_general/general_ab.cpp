@@ -1,8 +1,9 @@
-// A/B of the custom backend's fp32 paths per model and batch: the registry's choice (fused chain
-// where the graph qualifies) against the general path forced (GeneralOptions::over_fused_chain).
-// Each variant is one executable compiled for BATCH, timed over 30 CUDA-graph replays (7 at 65,536 and above) of a forward
-// pass from device input (zeros, uint8 or float as the model takes), outputs downloaded to pinned memory; the
-// general variant's plan summary is printed once per model. Not shipped; built by build_ab.sh.
+// A/B of the custom backend's fp32 paths per model and batch: the fused chain forced where the graph
+// qualifies against the general path forced (GeneralOptions::over_fused_chain).
+// Each variant is one executable compiled for BATCH, timed over 30 CUDA-graph replays (7 at 65,536
+// and above) of a forward pass from device input (zeros, uint8 or float as the model takes), outputs
+// downloaded to pinned memory; the general variant's plan summary is printed once per model. Not
+// shipped; built by build_ab.sh.
 //   usage: general_ab BATCHES MODEL.json...   (BATCHES: comma-separated)
 #include <cuda_runtime_api.h>
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
         return std::fprintf(stderr, "cudaMallocHost failed\n"), 1;
       float* outs[] = {out};
       for (bool general : {false, true}) {
+        const char* name = general ? "general" : "fused";
         engine::custom::CustomOptions o;
         o.general.over_fused_chain = general;
         engine::CompileOptions c;
@@ -59,10 +61,10 @@ int main(int argc, char** argv) {
           std::sort(ms.begin(), ms.end());
           const double med = ms[ms.size() / 2];
           std::printf("%s batch %d %s: %.4f ms median, %.4g images/s  [%s]\n", model->name.c_str(), batch,
-                      general ? "general" : "default", med, batch / med * 1e3, exe->execution_path().substr(0, 60).c_str());
+                      name, med, batch / med * 1e3, exe->execution_path().substr(0, 60).c_str());
           if (general && !printed && batch > 1) std::printf("%s\n", exe->plan_summary().c_str()), printed = true;
         } catch (const std::exception& e) {
-          std::printf("%s batch %d %s: %s\n", model->name.c_str(), batch, general ? "general" : "default", e.what());
+          std::printf("%s batch %d %s: %s\n", model->name.c_str(), batch, name, e.what());
         }
         std::fflush(stdout);
       }
