@@ -15,6 +15,7 @@
 #include "engine/custom/general/conv_gemm.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
+#include "tests/gpu/custom_general_util.hpp"
 #include "tests/gpu/gpu_op_test_util.hpp"
 
 namespace {
@@ -26,14 +27,7 @@ namespace general = engine::custom::general;
 
 constexpr double kChunkTolerance = 2e-4;  // fp32 sums of a few thousand products (custom_general_test.cpp)
 
-std::unique_ptr<engine::Backend> general_backend(std::optional<int> tile = std::nullopt,
-                                                 std::optional<bool> on_blocks = std::nullopt) {
-  engine::custom::CustomOptions options;
-  options.general.over_fused_chain = true;
-  options.general.tile = tile;
-  options.general.chunks_on_blocks = on_blocks;
-  return engine::custom::make_custom_backend(options);
-}
+using custom_general_test::general_backend;
 
 // Deep, narrow layers (long K over few pixels): a 3x3 conv of 64 -> 128 channels at 7x7, a 5x5 conv
 // of 128 -> 33 with a fused 2x2 max pool (odd sizes), dense layers of 1,089 -> 200 and 200 -> 10.
@@ -83,47 +77,16 @@ TEST(CustomGeneralChunks, LongKLayersMatchCpu) {
 // Batches of 1 and 7 run the chunks on separate blocks, 64 and 300 in one thread: the same bits.
 TEST(CustomGeneralChunks, BitwiseEqualAcrossBatchSplits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
-  auto model = deep_model(1300);
-  auto backend = general_backend();
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  const int total = 300;
-  const auto input = testing_support::random_floats(per_sample * total, 1310);
-  const auto whole = testing_support::run_backend(model, *backend, input.data(), total, total);
-  for (int cap : {1, 7, 64}) {
-    const int covered = cap == 1 ? 12 : total;
-    for (int start = 0; start < covered; start += cap) {
-      const int n = std::min(cap, covered - start);
-      const auto part = testing_support::run_backend(model, *backend, input.data() + size_t(start) * per_sample, n, cap);
-      for (size_t o = 0; o < whole.size(); ++o) {
-        const size_t out_per_sample = whole[o].size() / total;
-        ASSERT_EQ(std::memcmp(part[o].data(), whole[o].data() + size_t(start) * out_per_sample,
-                              size_t(n) * out_per_sample * sizeof(float)),
-                  0)
-            << "output " << o << ", samples " << start << ".." << start + n - 1 << " with capacity " << cap;
-      }
-    }
-  }
+  custom_general_test::expect_same_bits_across_splits(deep_model(1300), 300, 12, 1310);
 }
 
 // Every tile, with the chunks forced on blocks and forced in one thread, at a small and a larger
 // batch: the planner's bits.
 TEST(CustomGeneralChunks, EveryTileAndChunkSpreadGivesTheSameBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
-  auto model = deep_model(1400);
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  for (int batch : {3, 200}) {
-    const auto input = testing_support::random_floats(per_sample * size_t(batch), 1410u + uint32_t(batch));
-    const auto planned = testing_support::run_backend(model, *general_backend(), input.data(), batch, batch);
-    for (bool on_blocks : {true, false})
-      for (int t = 0; t < int(general::GemmTile::Count); ++t) {
-        const auto forced =
-            testing_support::run_backend(model, *general_backend(t, on_blocks), input.data(), batch, batch);
-        for (size_t o = 0; o < planned.size(); ++o)
-          EXPECT_EQ(testing_support::first_bit_difference(forced[o], planned[o]), planned[o].size())
-              << "batch " << batch << ", tile " << general::gemm_tile_name(general::GemmTile(t))
-              << (on_blocks ? ", chunks on blocks" : ", chunks in one thread") << ", output " << o;
-      }
-  }
+  for (int batch : {3, 200})
+    custom_general_test::expect_every_tile_gives_the_planned_bits(deep_model(1400), batch, 1410u + uint32_t(batch),
+                                                                  {true, false});
 }
 
 // Host only: the chunks cover K exactly once, at least kMinChunkTiles steps each (unless one chunk),

@@ -155,9 +155,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     for (int i = 0; i < B_PER; ++i) Bs[buf][tid / BN + i * (THREADS / BN)][tid % BN] = rb[i];
   };
 
-  // acc: the running sum (of everything with one chunk, of the current chunk otherwise); total:
-  // the bias plus the finished chunks' sums, in order (Mode::Chunks only).
-  float acc[TM][TN], total[TM][TN];
+  // acc: the running sum (of everything with one chunk, of the current chunk otherwise). Mode::Chunks:
+  // the bias plus the finished chunks' sums, in order, in this thread's slots of dynamic shared
+  // memory ([TM * TN][THREADS]: consecutive threads, consecutive banks), touched once per chunk, so
+  // that the registers hold one accumulator per output as in the other modes.
+  extern __shared__ float totals[];
+  float acc[TM][TN];
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
     const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       acc[i][j] = MODE == Mode::Whole ? b0 : 0.0f;
-      total[i][j] = b0;
+      if constexpr (MODE == Mode::Chunks) totals[(i * TN + j) * THREADS + tid] = b0;
     }
   }
 
@@ -200,7 +203,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
-          for (int j = 0; j < TN; ++j) total[i][j] = total[i][j] + acc[i][j], acc[i][j] = 0.0f;
+          for (int j = 0; j < TN; ++j) {
+            float& t = totals[(i * TN + j) * THREADS + tid];
+            t = t + acc[i][j];
+            acc[i][j] = 0.0f;
+          }
       }
     }
     if (kt + 1 < kt_end) store(buf ^ 1);  // that buffer was last read before the previous barrier
@@ -210,7 +217,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
-      for (int j = 0; j < TN; ++j) acc[i][j] = total[i][j];
+      for (int j = 0; j < TN; ++j) acc[i][j] = totals[(i * TN + j) * THREADS + tid];
   }
 
   const int oc = s.out_channels;
@@ -262,17 +269,21 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
                          " outputs exceed the GEMM kernel's grid");
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks),
                   MODE == Mode::Partial ? static_cast<unsigned>(a.chunks.count) : 1u);
-  const int threads = (BM / TM) * (BN / TN);
+  constexpr int threads = (BM / TM) * (BN / TN);
+  constexpr size_t smem = MODE == Mode::Chunks ? size_t(TM) * TN * threads * sizeof(float) : 0;
   const auto& c = a.chunks;
+  auto run = [&](auto kernel) {
+    if constexpr (smem > 48 * 1024)  // past the default limit: opt in (a host-side attribute, cheap)
+      CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                     context + ": shared memory for the K chunks' sums");
+    kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
+  };
   if (a.shape.dense)
-    conv_gemm_kernel<BM, BN, TM, TN, true, false, MODE>
-        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
+    run(conv_gemm_kernel<BM, BN, TM, TN, true, false, MODE>);
   else if (a.epilogue.pool_at >= 0)
-    conv_gemm_kernel<BM, BN, TM, TN, false, true, MODE>
-        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
+    run(conv_gemm_kernel<BM, BN, TM, TN, false, true, MODE>);
   else
-    conv_gemm_kernel<BM, BN, TM, TN, false, false, MODE>
-        <<<grid, threads, 0, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
+    run(conv_gemm_kernel<BM, BN, TM, TN, false, false, MODE>);
 }
 
 // The GEMM of `a` on `tile` in mode MODE (Partial: chunk sums into `partial`).
