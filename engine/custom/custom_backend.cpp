@@ -3,7 +3,8 @@
 // per op family; this file is plain C++ (fmt is fine here, not in .cu files).
 //
 // fp32 paths. The fused path (fused/: one conv-chain and one dense-chain kernel) runs every graph
-// that qualifies (fused/fused_plan.hpp states the rule and the limits). Every other graph runs the
+// that qualifies (fused/fused_plan.hpp states the rule and the limits) unless general_path_wins()
+// below sends it to the general path (from the model's shapes). Every other graph runs the
 // general path (general/: implicit-GEMM conv2d and dense kernels with fused epilogues, fp32
 // accumulation in a fixed order). CompileOptions::fuse off (--no-fuse) runs the per-node kernels
 // below, which accumulate in double in the CPU reference's order: the GPU oracle. --precision fp16|bf16|int8: the tensor-core chain
