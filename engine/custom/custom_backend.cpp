@@ -3,7 +3,8 @@
 // per op family; this file is plain C++ (fmt is fine here, not in .cu files).
 //
 // fp32 paths. The fused path (fused/: one conv-chain and one dense-chain kernel) runs every graph
-// that qualifies (fused/fused_plan.hpp states the rule and the limits). Every other graph runs the
+// that qualifies (fused/fused_plan.hpp states the rule and the limits) unless general_path_wins()
+// below sends it to the general path (from the model's shapes). Every other graph runs the
 // general path (general/: implicit-GEMM conv2d and dense kernels with fused epilogues, fp32
 // accumulation in a fixed order). CompileOptions::fuse off (--no-fuse) runs the per-node kernels
 // below, which accumulate in double in the CPU reference's order: the GPU oracle. --precision fp16|bf16|int8: the tensor-core chain
@@ -47,6 +48,12 @@
 
 namespace engine::custom {
 namespace {
+
+// Where the general path beats the fused chain (between the model zoo's chains where each wins,
+// docs/design/custom-general.md): multiply-adds per sample of a chain's conv layers, and of a
+// dense-only chain's layers.
+constexpr int64_t kFusedChainMaxConvMacs = 8'000'000;
+constexpr int64_t kFusedDenseChainMaxMacs = 300'000;
 
 // Per-sample arena intervals [offset, offset + elements): two values' [B, elements] blocks overlap
 // exactly when these do (both scale by the same B).
@@ -461,6 +468,29 @@ class CustomExecutable final : public gpu::GpuExecutable {
 
 void CustomExecutable::forward(int n) { run_steps(n); }
 
+// For a graph the fused chain can run: why the general path runs it instead, or nullopt. From the
+// graph's shapes alone, never the batch (the two paths sum in different orders, and a model's bits
+// must not change with the batch).
+std::optional<std::string> general_path_wins(const Graph& graph) {
+  int64_t conv_macs = 0, dense_macs = 0;  // multiply-adds per sample
+  for (const PlannedNode& pn : graph.nodes) {
+    const formats::Node& n = *pn.node;
+    if (n.op != OpType::Conv2D && n.op != OpType::Dense) continue;
+    const Value& out = graph.value(pn.output);
+    const int64_t spatial = n.op == OpType::Conv2D ? out.elements / std::max<int64_t>(out.shape.at(0), 1) : 1;
+    (n.op == OpType::Conv2D ? conv_macs : dense_macs) += int64_t(n.weight->values.size()) * spatial;
+  }
+  if (conv_macs > kFusedChainMaxConvMacs)
+    return fmt::format("its conv layers take {:.1f} M multiply-adds per sample, above the {:.1f} M up to which the "
+                       "fused chain beats the general path",
+                       double(conv_macs) / 1e6, double(kFusedChainMaxConvMacs) / 1e6);
+  if (conv_macs == 0 && dense_macs > kFusedDenseChainMaxMacs)
+    return fmt::format("a dense chain of {:.2f} M multiply-adds per sample, above the {:.2f} M up to which the "
+                       "fused chain beats the general path",
+                       double(dense_macs) / 1e6, double(kFusedDenseChainMaxMacs) / 1e6);
+  return std::nullopt;
+}
+
 class CustomBackend final : public Backend {
  public:
   explicit CustomBackend(const CustomOptions& options) : options_(options) {}
@@ -516,13 +546,16 @@ class CustomBackend final : public Backend {
         options.precision == Precision::TF32 ? "; TF32 requested: these kernels have no TF32 path, fp32 used" : "");
     if (!options.fuse)
       return std::make_unique<CustomExecutable>(graph, options, header, "turned off (--no-fuse): the GPU oracle");
+    const std::optional<bool> forced = options_.general.over_fused_chain;
     std::string not_fused = "the general path requested (CustomOptions::general)";
-    if (!options_.general.over_fused_chain) {
+    if (!forced.value_or(false)) {
       auto planned = fused::plan_fused(graph, device);
-      if (auto* plan = std::get_if<fused::FusedPlan>(&planned))
+      auto* plan = std::get_if<fused::FusedPlan>(&planned);
+      std::optional<std::string> general_wins = plan && !forced ? general_path_wins(graph) : std::nullopt;
+      if (plan && !general_wins)
         return fused::make_fused_executable(graph, std::move(*plan), options, options_.image, device,
                                             header + "; fused path: fp32 accumulation, accurate tanhf/expf");
-      not_fused = std::get<std::string>(planned);
+      not_fused = plan ? *general_wins : std::get<std::string>(planned);
     }
     return general::make_general_executable(graph, options, options_.general, header, not_fused);
   }

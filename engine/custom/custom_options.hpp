@@ -32,11 +32,15 @@ struct TcChainOptions {
 
 // The general fp32 path (engine/custom/general/): every fp32 graph the fused chain does not take.
 struct GeneralOptions {
-  // The general path even for a graph the fused chain takes (tests compare the two on one model).
-  bool over_fused_chain = false;
+  // For a graph the fused chain can take: true, the general path; false, the fused chain; nullopt,
+  // the planner's rule (custom_backend.cpp: from the model's shapes, never the batch).
+  std::optional<bool> over_fused_chain;
   // Every conv2d/dense kernel on this block tile (an index of general::GemmTile) instead of the one
   // the planner picks per layer and batch; the bits are the same (tests check it).
   std::optional<int> tile;
+  // Layers whose K is cut into chunks run them on separate blocks (true) or in one thread (false)
+  // at every batch, instead of the planner's per-batch choice; the bits are the same (tests check it).
+  std::optional<bool> chunks_on_blocks;
 };
 
 struct CustomOptions {

@@ -15,6 +15,7 @@
 #include "engine/custom/general/general_plan.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
+#include "tests/gpu/custom_general_util.hpp"
 #include "tests/gpu/gpu_op_test_util.hpp"
 
 namespace {
@@ -26,12 +27,7 @@ using testing_support::window;
 // fp32 sums of up to a few thousand products against the double reference (the fused path's bound).
 constexpr double kGeneralTolerance = 2e-4;
 
-std::unique_ptr<engine::Backend> general_backend(std::optional<int> tile = std::nullopt) {
-  engine::custom::CustomOptions options;
-  options.general.over_fused_chain = true;
-  options.general.tile = tile;
-  return engine::custom::make_custom_backend(options);
-}
+using custom_general_test::general_backend;
 
 std::string summary_of(const std::shared_ptr<formats::Model>& model, engine::Backend& backend, bool fuse = true) {
   engine::CompileOptions options;
@@ -158,6 +154,30 @@ TEST(CustomGeneral, NoFuseIsThePerNodeOracle) {
   EXPECT_FALSE(contains(summary, "general fp32")) << summary;
 }
 
+// A chain the fused path could run, with conv layers past the rule's multiply-adds (keras-cnn's
+// shape): the general path by default, the fused chain when forced.
+TEST(CustomGeneral, HeavyConvChainsTakeTheGeneralPathByDefault) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = ModelBuilder("heavy_chain", {1, 28, 28})
+                   .conv2d("c1", "x", 1, 32, window(3, 3, 1, 1), 1100)
+                   .unary("r1", OpType::Relu, "c1")
+                   .conv2d("c2", "r1", 32, 64, window(3, 3, 1, 1), 1102)
+                   .unary("r2", OpType::Relu, "c2")
+                   .pool("p", OpType::MaxPool, "r2", window(2, 2, 2, 2))
+                   .unary("f", OpType::Flatten, "p")
+                   .dense("d", "f", 64 * 12 * 12, 10, 1104)
+                   .unary("prob", OpType::Softmax, "d")
+                   .outputs({"prob"})
+                   .build();
+  const std::string by_rule = summary_of(model, *engine::custom::make_custom_backend());
+  EXPECT_TRUE(contains(by_rule, "path: general fp32")) << by_rule;
+  EXPECT_TRUE(contains(by_rule, "multiply-adds per sample")) << by_rule;
+  engine::custom::CustomOptions fused;
+  fused.general.over_fused_chain = false;
+  const std::string forced = summary_of(model, *engine::custom::make_custom_backend(fused));
+  EXPECT_FALSE(contains(forced, "general fp32")) << forced;
+}
+
 // Batches past 65,535 samples (the end of 16-bit grid dimensions): every op kind on the general path.
 TEST(CustomGeneral, HugeBatchesMatchCpu) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
@@ -174,44 +194,14 @@ TEST(CustomGeneral, HugeBatchesMatchCpu) {
 // capacity, so the tiles differ) and in one batch of 300.
 TEST(CustomGeneral, BitwiseEqualAcrossBatchSplits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
-  auto model = branch_add_model(700);
-  auto backend = general_backend();
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  const int total = 300;
-  const auto input = testing_support::random_floats(per_sample * total, 710);
-  const auto whole = testing_support::run_backend(model, *backend, input.data(), total, total);
-  for (int cap : {1, 7, 64}) {
-    const int covered = cap == 1 ? 20 : total;
-    for (int start = 0; start < covered; start += cap) {
-      const int n = std::min(cap, covered - start);
-      const auto part = testing_support::run_backend(model, *backend, input.data() + size_t(start) * per_sample, n, cap);
-      for (size_t o = 0; o < whole.size(); ++o) {
-        const size_t out_per_sample = whole[o].size() / total;
-        ASSERT_EQ(std::memcmp(part[o].data(), whole[o].data() + size_t(start) * out_per_sample,
-                              size_t(n) * out_per_sample * sizeof(float)),
-                  0)
-            << "output " << o << ", samples " << start << ".." << start + n - 1 << " with capacity " << cap;
-      }
-    }
-  }
+  custom_general_test::expect_same_bits_across_splits(branch_add_model(700), 300, 20, 710);
 }
 
-// Every block tile (small ones with 32 k values per step and no k table, large ones with 8 and the
-// table) gives the planner's bits: K is never split, and the zero padding changes no bit.
+// Every block tile gives the planner's bits: the K chunks are fixed per layer, and the zero
+// padding changes no bit.
 TEST(CustomGeneral, EveryTileGivesTheSameBits) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
-  auto model = branch_add_model(900);
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  const int batch = 37;
-  const auto input = testing_support::random_floats(per_sample * batch, 910);
-  const auto planned = testing_support::run_backend(model, *general_backend(), input.data(), batch, batch);
-  for (int t = 0; t < int(engine::custom::general::GemmTile::Count); ++t) {
-    const auto forced = testing_support::run_backend(model, *general_backend(t), input.data(), batch, batch);
-    for (size_t o = 0; o < planned.size(); ++o)
-      EXPECT_EQ(testing_support::first_bit_difference(forced[o], planned[o]), planned[o].size())
-          << "tile " << engine::custom::general::gemm_tile_name(engine::custom::general::GemmTile(t)) << ", output "
-          << o;
-  }
+  custom_general_test::expect_every_tile_gives_the_planned_bits(branch_add_model(900), 37, 910, {std::nullopt});
 }
 
 // The plan alone (host code, runs without a GPU): what each GEMM fuses, the concat inputs written

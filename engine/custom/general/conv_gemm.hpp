@@ -8,9 +8,14 @@
 // computes a BM x BN tile of C in registers (thread tiles of TM x TN), staging BK = 8 values of k
 // of A and B per step in double-buffered shared memory.
 //
-// Determinism: each output is one fp32 accumulator, started at the bias (or 0), then fmaf over
-// k = 0 .. K-1 in order, the K range padded with zeros to a multiple of BK (the same BK for every
-// tile shape). No tile ever splits K, so the bits do not depend on the tile chosen or the batch.
+// Determinism: the K range is padded with zeros to a multiple of BK (the same BK for every tile
+// shape) and cut into a fixed number of chunks chosen from the layer's shape alone (GemmChunks,
+// never the batch). Each chunk is one fp32 accumulator started at 0, fmaf over its k in order; the
+// output is the bias (or 0) plus the chunk sums in chunk order. One chunk: the accumulator starts
+// at the bias. A small batch runs the chunks on separate blocks (partial sums to a scratch buffer,
+// then an ordered sum kernel that runs the epilogue); a large one runs every chunk of an output in
+// the same thread. Both do the same operations in the same order, so the bits depend neither on the
+// tile, nor on the batch, nor on how the chunks are spread.
 //
 // Epilogue: up to kMaxStages stages (activation, per-channel scale_shift, add of a residual) in
 // order, optionally a 2x2 stride-2 max pool after the first `pool_at` of them (the rows of a block
@@ -58,12 +63,23 @@ struct GemmEpilogue {
   int64_t y_stride = 0, y_offset = 0;
 };
 
+// How a layer's K range is cut: `count` chunks of `tiles` steps of kGemmBk (the last may be shorter).
+struct GemmChunks {
+  int count = 1;
+  int tiles = 0;  // with count 1: every step
+};
+inline constexpr int kMaxGemmChunks = 128;
+inline constexpr int kMinChunkTiles = 8;        // a chunk sums at least 64 k values
+inline constexpr int kChunkTargetBlocks = 256;  // blocks a batch of 1 should have (a fixed count: the
+                                                // chunks, hence the bits, are the same on every device)
+
 struct GemmArgs {
   const float* x = nullptr;       // [n, channels, height, width], contiguous
   const float* weight = nullptr;  // [K padded to kGemmBk][oc_padded]
   const int4* k_table = nullptr;  // conv: per k {c * H * W, p, q, 0}; dense: null
   int oc_padded = 0;
   GemmShape shape;
+  GemmChunks chunks;
   GemmEpilogue epilogue;
 };
 
@@ -81,6 +97,18 @@ GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors);
 // Rows of C for a batch of n: n * OH * OW (pooled: n * 4 * (OH / 2) * (OW / 2)).
 int64_t gemm_rows(const GemmShape& s, bool pooled, int n);
 
-void conv_gemm_forward(const GemmArgs& args, GemmTile tile, int n, cudaStream_t stream, const std::string& context);
+// The chunks of a layer, from its shape alone: enough that a batch of 1 gives about
+// kChunkTargetBlocks blocks of the smallest tile, each chunk at least kMinChunkTiles steps.
+GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled);
+// Whether a launch of `rows` x `cols` outputs runs its chunks on separate blocks: when even the
+// smallest tile leaves multiprocessors without a block.
+bool chunks_across_blocks(int64_t rows, int cols, int multiprocessors);
+// Floats of scratch the chunks of such a launch need: chunks x rows x cols.
+inline int64_t gemm_partial_floats(int64_t rows, int cols, const GemmChunks& c) { return int64_t(c.count) * rows * cols; }
+
+// One conv2d/dense node. `partial`: scratch of gemm_partial_floats() floats, or null (the chunks
+// then run in one thread); unused with one chunk.
+void conv_gemm_forward(const GemmArgs& args, GemmTile tile, float* partial, int n, cudaStream_t stream,
+                       const std::string& context);
 
 }  // namespace engine::custom::general

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
@@ -33,6 +34,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
       : GpuExecutable(plan.graph, options),
         plan_(std::move(plan)),
         forced_tile_(general.tile),
+        forced_on_blocks_(general.chunks_on_blocks),
         sms_(multiprocessor_count()),
         why_not_fused_(std::move(why_not_fused)) {
     if (forced_tile_ && (*forced_tile_ < 0 || *forced_tile_ >= int(GemmTile::Count)))
@@ -57,8 +59,8 @@ class GeneralExecutable final : public gpu::GpuExecutable {
         "double kernels are not used)",
         plan_.steps.size(), gemms, int(plan_.steps.size()) - gemms));
     lines.push_back(fmt::format(
-        "general: fp32 fmaf from the bias over k in order (no split K: same bits for any tile and batch); {} node(s) "
-        "run in GEMM epilogues, {} concat input(s) written in place",
+        "general: fp32 fmaf over k in order within each of a layer's fixed K chunks, the bias plus the chunk sums in "
+        "order (same bits for any tile and batch); {} node(s) run in GEMM epilogues, {} concat input(s) written in place",
         plan_.fused_nodes, plan_.in_place_slices));
     lines.push_back(fmt::format("arena: {} floats/sample (input and outputs); plan buffer: {} floats/sample x {} = "
                                 "{:.2f} MiB",
@@ -66,6 +68,10 @@ class GeneralExecutable final : public gpu::GpuExecutable {
                                 double(plan_.buffer_floats) * max_batch_ * 4 / (1 << 20)));
     for (Step& step : plan_.steps) {
       std::visit([&](auto& op) { lines.push_back(prepare(step, op)); }, step.op);
+    }
+    if (partial_floats_ > 0) {
+      partial_ = gpu::DeviceBuffer<float>(size_t(partial_floats_), "K chunks' partial sums");
+      lines.push_back(fmt::format("K chunks' partial sums (small batches): {:.2f} MiB", double(partial_floats_) * 4 / (1 << 20)));
     }
     for (const auto& line : lines) summary_ += (summary_.empty() ? "" : "\n") + line;
     CUDA_CHECK_CTX(cudaStreamSynchronize(stream()), "uploading the general path's weights");
@@ -80,10 +86,8 @@ class GeneralExecutable final : public gpu::GpuExecutable {
             using T = std::decay_t<decltype(op)>;
             if constexpr (std::is_same_v<T, GemmStep>) {
               const GemmArgs& a = gemm_args_[size_t(launch_index_[i])];
-              const bool pooled = a.epilogue.pool_at >= 0;
-              const GemmTile tile = forced_tile_ ? GemmTile(*forced_tile_)
-                                                 : choose_gemm_tile(gemm_rows(a.shape, pooled, n), a.shape.out_channels, sms_);
-              conv_gemm_forward(a, tile, n, s, step.context);
+              const Launch l = launch_for(a, n);
+              conv_gemm_forward(a, l.tile, l.across_blocks ? partial_.data() : nullptr, n, s, step.context);
             } else if constexpr (std::is_same_v<T, PoolStep>) {
               const Pool2dArgs& a = pool_args_[size_t(launch_index_[i])];
               if (op.max) maxpool_forward(a, pool_plan(a.shape, limits_), n, s, step.context);
@@ -116,6 +120,28 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   std::string execution_path() const override { return path_; }
 
  private:
+  // A GEMM's launch at batch n: its chunks on separate blocks (scratch partial sums) while even the
+  // smallest tile leaves multiprocessors idle, else in one thread; then the tile (any gives the
+  // same bits).
+  struct Launch {
+    GemmTile tile;
+    bool across_blocks;
+  };
+  Launch launch_for(const GemmArgs& a, int n) const {
+    const int64_t rows = gemm_rows(a.shape, a.epilogue.pool_at >= 0, n);
+    const int cols = a.shape.out_channels;
+    const bool across = a.chunks.count > 1 &&
+                        (forced_on_blocks_ ? *forced_on_blocks_ : chunks_across_blocks(rows, cols, sms_)) &&
+                        gemm_partial_floats(rows, cols, a.chunks) <= partial_floats_;
+    const int blocks_wanted = across ? (sms_ + a.chunks.count - 1) / a.chunks.count : sms_;
+    return {forced_tile_ ? GemmTile(*forced_tile_) : choose_gemm_tile(rows, cols, blocks_wanted), across};
+  }
+  std::string describe(const GemmArgs& a, int n) const {
+    const Launch l = launch_for(a, n);
+    return fmt::format("tile {}{} at batch {}", gemm_tile_name(l.tile),
+                       a.chunks.count > 1 ? (l.across_blocks ? " x chunks on blocks" : ", chunks in thread") : "", n);
+  }
+
   int64_t elements(int value) const { return graph_.value(value).elements; }
 
   // A value's block start (its samples are block.floats apart).
@@ -194,12 +220,20 @@ class GeneralExecutable final : public gpu::GpuExecutable {
     e.y_offset = v.offset;
     if (v.offset != 0 || e.y_stride != elements(op.y)) stages += fmt::format(" > concat slice at {}", v.offset);
     const bool pooled = op.pool_at >= 0;
-    const GemmTile big = choose_gemm_tile(gemm_rows(a.shape, pooled, max_batch_), a.shape.out_channels, sms_);
-    const GemmTile one = choose_gemm_tile(gemm_rows(a.shape, pooled, 1), a.shape.out_channels, sms_);
+    a.chunks = op.chunks;
+    // Scratch for the largest batch whose launch still runs the chunks on separate blocks.
+    for (int n = forced_on_blocks_.value_or(false) ? max_batch_ : 1; a.chunks.count > 1 && n <= max_batch_; ++n) {
+      const int64_t rows = gemm_rows(a.shape, pooled, n);
+      if (!forced_on_blocks_ && !chunks_across_blocks(rows, a.shape.out_channels, sms_)) break;
+      partial_floats_ = std::max(partial_floats_, gemm_partial_floats(rows, a.shape.out_channels, a.chunks));
+    }
     gemm_args_.push_back(a);
-    return fmt::format("{}: conv_gemm {} M = batch x {} N = {} K = {}, epilogue bias{}; tile {} at batch {}, {} at 1",
-                       step.context, a.shape.dense ? "dense" : "implicit conv", gemm_rows(a.shape, pooled, 1),
-                       a.shape.out_channels, a.shape.k(), stages, gemm_tile_name(big), max_batch_, gemm_tile_name(one));
+    const std::string chunks =
+        a.chunks.count > 1 ? fmt::format("{} K chunks of {} k, summed in order", a.chunks.count, a.chunks.tiles * kGemmBk)
+                           : std::string("K in one chunk");
+    return fmt::format("{}: conv_gemm {} M = batch x {} N = {} K = {} ({}), epilogue bias{}; {}, {}", step.context,
+                       a.shape.dense ? "dense" : "implicit conv", gemm_rows(a.shape, pooled, 1), a.shape.out_channels,
+                       a.shape.k(), chunks, stages, describe(a, max_batch_), describe(a, 1));
   }
   std::string prepare(const Step& step, PoolStep& op) {
     launch_index_.push_back(int(pool_args_.size()));
@@ -240,10 +274,13 @@ class GeneralExecutable final : public gpu::GpuExecutable {
 
   GeneralPlan plan_;
   std::optional<int> forced_tile_;
+  std::optional<bool> forced_on_blocks_;
   int sms_;
   DeviceLimits limits_;
   ElementwiseLaunch elementwise_;
   gpu::DeviceBuffer<float> buffer_;
+  gpu::DeviceBuffer<float> partial_;  // the K chunks' partial sums of small-batch launches
+  int64_t partial_floats_ = 0;
   std::vector<gpu::DeviceBuffer<float>> weights_;
   std::vector<gpu::DeviceBuffer<int>> tables_;
   std::vector<GemmArgs> gemm_args_;

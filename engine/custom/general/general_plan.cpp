@@ -125,6 +125,7 @@ GeneralPlan plan_general(const Graph& graph) {
           cur = cp.output;
         }
         gs.y = cur;
+        gs.chunks = plan_gemm_chunks(gs.shape, gs.pool_at >= 0);
         gemm_written[size_t(cur)] = true;
         step.op = std::move(gs);
         break;

@@ -47,6 +47,7 @@ struct GemmStep {
   int bias_node = -1;          // the conv2d/dense node (its bias, if any)
   std::vector<float> weight;   // [K padded to kGemmBk][oc_padded]
   int oc_padded = 0;
+  GemmChunks chunks;           // from the layer's shape alone (plan_gemm_chunks)
   std::vector<int> k_table;    // conv: 4 ints per k (int4 {c * H * W, p, q, 0}); dense: empty
 };
 struct PoolStep {
