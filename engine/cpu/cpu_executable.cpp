@@ -154,18 +154,22 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
           const int64_t padded = int64_t(i.c) * s.hp * s.wp;  // planner limits keep this in range
           s.padded = unpadded || padded * lanes <= kMaxPaddedFloats;
           if (s.padded && !unpadded) scratch_floats = std::max(scratch_floats, padded * lanes);
-          // Single-image path: across channels unless rows fill more of the lanes (the channel kernel
-          // has twice the accumulators)
-          // (LeNet c1: 28 of 32 along rows; c3: 16 of 16 across channels, 10 of 16 along rows).
+          // Single-image path: across channels unless rows fill more than twice as much of the
+          // lanes (the channel kernel holds three times the accumulators: 2 x 12 against 4 x 2)
+          // (LeNet c1: 28 of 32 along rows, 6 of 16 across channels; c3: 16 of 16 across
+          // channels, 10 of 16 along rows).
           const double along_rows = double(o.w) / double(round_up(o.w, lanes));
           const double across_channels = double(o.c) / double(round_up(o.c, lanes));
-          if (s.padded && across_channels >= along_rows) {
+          if (s.padded && 2 * across_channels >= along_rows) {
             s.single_by_channel = true;
-            s.c_out_padded = round_up(o.c, kUnitBlock);
+            // Packed per block of 2 x lanes channels (the kernel's widest register block), so a
+            // block's weights are one sequential stream: [block][tap][2 x lanes].
+            const int64_t B = 2 * int64_t(lanes);
+            s.c_out_padded = round_up(o.c, B);
             const int64_t taps = int64_t(i.c) * w.kernel_h * w.kernel_w;
             std::vector<float> t(size_t(taps * s.c_out_padded), 0.0f);
             for (int64_t oc = 0; oc < o.c; ++oc)
-              for (int64_t k = 0; k < taps; ++k) t[size_t(k * s.c_out_padded + oc)] = s.weight[oc * taps + k];
+              for (int64_t k = 0; k < taps; ++k) t[size_t(((oc / B) * taps + k) * B + oc % B)] = s.weight[oc * taps + k];
             packed_.push_back(std::move(t));
             s.weight_t = packed_.back().data();
             std::vector<int32_t> offsets;

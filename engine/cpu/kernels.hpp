@@ -218,8 +218,8 @@ struct K {
 
   // Single-image path, vectorised over output channels instead (when a row is much narrower than
   // the channel count, e.g. LeNet's c3: 10 positions, 16 channels): RV vectors of W channels x RX
-  // output positions per register block, weights transposed at compile time to
-  // [c][p][q][channel] (weight_t), and the (c, p, q) taps one flat loop over their input offsets
+  // output positions per register block, weights packed at compile time to
+  // [channel block][c][p][q][2 W] (weight_t), and the (c, p, q) taps one flat loop over their input offsets
   // (tap_offsets, (c * hp + p) * wp + q): two pointers and RV + RX loads per tap.
   //
   // Positions: with stride 1 a run of RX consecutive "columns" of the padded-width grid
@@ -236,31 +236,40 @@ struct K {
     }
     const int64_t taps = int64_t(s.c_in) * s.kh * s.kw;
     const int32_t* off = s.tap_offsets;
-    const float* w = s.weight_t + oc;
-    const int64_t wstep = s.c_out_padded;
+    // This block's weights: [tap][2 W] from block oc / (2 W) on (oc is a multiple of 2 W).
+    const float* w = s.weight_t + int64_t(oc) * taps;
+    const int64_t wstep = 2 * W;
     for (int64_t t = 0; t < taps; ++t, w += wstep) {
       const float* xt = x0 + off[t];
       V wv[RV];
       for (int v = 0; v < RV; ++v) wv[v] = S::load(w + v * W);
+      // Unrolled in full, or GCC keeps a 24-accumulator block on the stack.
+#pragma GCC unroll 32
       for (int j = 0; j < RX; ++j) {
         const V xb = S::bcast(xt + j * xstep);
+#pragma GCC unroll 4
         for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
       }
     }
-    // Scattered to the planar [c][h][w] output, one channel's values at a time.
-    const int64_t plane = int64_t(s.h_out) * s.w_out;
+    // To the planar [c][h][w] output channel by channel: each channel's positions of the block are
+    // consecutive floats (the flat grid's dropped columns are exactly the gaps between output rows),
+    // so each output line is written once, in order. Position-major stores touched RV * W lines per
+    // position, which on 32x32 planes (4 KiB apart) all fall in one L1 set and evicted each other.
+    alignas(64) float t[RX][RV * W];
+    int js[RX];
+    int m = 0;
     for (int j = 0; j < RX; ++j) {
       // f0 + j = oy * wp + ox (w_out <= wp); columns past w_out only come from the flat grid.
-      const int64_t oy = (f0 + j) / s.wp, ox = (f0 + j) % s.wp;
-      if (ox >= s.w_out) continue;
-      float* out = y + int64_t(oc) * plane + oy * s.w_out + ox;
-      for (int v = 0; v < RV; ++v) {
-        alignas(64) float t[W];
-        S::store(t, act(s.act, acc[v][j]));
-        const int n = s.c_out - oc - v * W < W ? s.c_out - oc - v * W : W;
-        for (int l = 0; l < n; ++l) out[(int64_t(v) * W + l) * plane] = t[l];
-      }
+      if ((f0 + j) % s.wp < s.w_out) js[m++] = j;
+      for (int v = 0; v < RV; ++v) S::store(&t[j][v * W], act(s.act, acc[v][j]));
     }
+    if (m == 0) return;
+    const int64_t first = f0 + js[0];
+    const int64_t plane = int64_t(s.h_out) * s.w_out;
+    float* out = y + int64_t(oc) * plane + first / s.wp * s.w_out + first % s.wp;
+    const int n = s.c_out - oc < RV * W ? s.c_out - oc : RV * W;
+    for (int l = 0; l < n; ++l, out += plane)
+      for (int k = 0; k < m; ++k) out[k] = t[js[k]][l];
   }
 
   // Register blocks: RV * RX accumulators (all of kAccumulators), RX <= kMaxOcPositions.
