@@ -222,10 +222,11 @@ struct K {
   // [channel block][c][p][q][2 W] (weight_t), and the (c, p, q) taps one flat loop over their input offsets
   // (tap_offsets, (c * hp + p) * wp + q): two pointers and RV + RX loads per tap.
   //
-  // Positions: with stride 1 a run of RX consecutive "columns" of the padded-width grid
-  // (f = oy * wp + ox), whose inputs are then RX consecutive floats from tap offset + f; the
-  // columns past w_out (kw - 1 per row) are computed and dropped. With larger strides, RX
-  // positions of one output row.
+  // Positions: RX consecutive positions of one output row, or, where the padded-width grid has no
+  // column past w_out (1-wide kernels at stride 1), a run of RX consecutive "columns" of the grid
+  // (f = oy * wp + ox) across rows, whose inputs are RX consecutive floats from tap offset + f.
+  // (The code would also drop such columns, but computing them never paid: see
+  // conv_single_by_channel.)
   template <int RV, int RX>
   static void conv_oc_block(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep) {
     V acc[RV][RX];
@@ -283,9 +284,10 @@ struct K {
   }
 
   static void conv_single_by_channel(const KStep& s, const float* xp, float* y) {
-    // Flat while the dropped columns are at most a quarter of the grid (LeNet's c3, 10 of 14, ran
-    // slower flat than by rows).
-    const bool flat = s.sw == 1 && s.sh == 1 && 4 * (s.wp - s.w_out) <= s.wp;
+    // Flat only where the grid drops no column (1-wide kernels, unpadded full-width rows): row by
+    // row was as fast or faster wherever columns were dropped, 32-wide rows included, and 8- and
+    // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md).
+    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out;
     for (int oc = 0; oc < s.c_out; oc += 2 * W) {
       const int rv = s.c_out - oc > W ? 2 : 1;
       const int most = S::kAccumulators / rv;
