@@ -431,6 +431,7 @@ struct K {
   // conv and dense get one fused).
   template <bool kMax>
   static void pool_single(const KStep& s, const float* x, float* y) {
+    if (whole_windows(s)) return pool_single_whole<kMax>(s, x, y);
     for (int64_t c = 0; c < s.c_out; ++c) {
       const float* xc = x + c * s.h_in * s.w_in;
       float* yc = y + c * s.h_out * s.w_out;
@@ -447,6 +448,50 @@ struct K {
             }
           if (!kMax) a = a * reciprocal(s, w);
           yc[i * s.w_out + j] = a;
+        }
+      }
+    }
+  }
+
+  // True when every window lies inside the input (no padding, none cut by the edge): one divisor.
+  static bool whole_windows(const KStep& s) {
+    return s.pt == 0 && s.pl == 0 && int64_t(s.h_out - 1) * s.sh + s.kh <= s.h_in &&
+           int64_t(s.w_out - 1) * s.sw + s.kw <= s.w_in;
+  }
+
+  // Single-image pooling with whole windows, vectorised along the input columns: for each output
+  // row, the window fold runs at every input column a window may start at (W at a time, in the
+  // same (p, q) order as above, so each output's value is the same), and the columns a window does
+  // start at (every sw-th) are copied out. With sw = 2 half the work is discarded; still some 4x
+  // fewer instructions than one window at a time.
+  template <bool kMax>
+  static void pool_single_whole(const KStep& s, const float* x, float* y) {
+    constexpr int kChunk = 256;  // starting columns per pass (a stack buffer)
+    alignas(64) float a[kChunk + W];
+    const int64_t starts = int64_t(s.w_out - 1) * s.sw + 1;
+    const V recip = S::set1(1.0f / float(int64_t(s.kh) * s.kw));
+    for (int64_t c = 0; c < s.c_out; ++c) {
+      const float* xc = x + c * s.h_in * s.w_in;
+      float* yc = y + c * s.h_out * s.w_out;
+      for (int64_t i = 0; i < s.h_out; ++i) {
+        const float* top = xc + i * s.sh * s.w_in;
+        for (int64_t c0 = 0; c0 < starts; c0 += kChunk) {
+          const int64_t n = starts - c0 < kChunk ? starts - c0 : kChunk;
+          for (int64_t k = 0; k < n; k += W) {
+            // Lanes past n read at most W - 1 floats past the window's last column: the buffers
+            // have that much slack, and those lanes are never copied out.
+            V v = kMax ? S::set1(-__builtin_inff()) : S::zero();
+            for (int64_t p = 0; p < s.kh; ++p)
+              for (int64_t q = 0; q < s.kw; ++q) {
+                const V t = S::load(top + p * s.w_in + c0 + k + q);
+                v = kMax ? S::max(t, v) : S::add(v, t);
+              }
+            if (!kMax) v = S::mul(v, recip);
+            S::store(a + k, v);
+          }
+          // Output columns whose window starts in [c0, c0 + n).
+          for (int64_t j = (c0 + s.sw - 1) / s.sw; j < s.w_out && j * s.sw < c0 + n; ++j)
+            yc[i * s.w_out + j] = a[j * s.sw - c0];
         }
       }
     }
