@@ -154,18 +154,22 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
           const int64_t padded = int64_t(i.c) * s.hp * s.wp;  // planner limits keep this in range
           s.padded = unpadded || padded * lanes <= kMaxPaddedFloats;
           if (s.padded && !unpadded) scratch_floats = std::max(scratch_floats, padded * lanes);
-          // Single-image path: across channels unless rows fill more of the lanes (the channel kernel
-          // has twice the accumulators)
-          // (LeNet c1: 28 of 32 along rows; c3: 16 of 16 across channels, 10 of 16 along rows).
+          // Single-image path: across channels unless rows fill more than twice as much of the
+          // lanes (the channel kernel holds three times the accumulators: 2 x 12 against 4 x 2)
+          // (LeNet c1: 28 of 32 along rows, 6 of 16 across channels; c3: 16 of 16 across
+          // channels, 10 of 16 along rows).
           const double along_rows = double(o.w) / double(round_up(o.w, lanes));
           const double across_channels = double(o.c) / double(round_up(o.c, lanes));
-          if (s.padded && across_channels >= along_rows) {
+          if (s.padded && 2 * across_channels >= along_rows) {
             s.single_by_channel = true;
-            s.c_out_padded = round_up(o.c, kUnitBlock);
+            // Packed per block of 2 x lanes channels (the kernel's widest register block), so a
+            // block's weights are one sequential stream: [block][tap][2 x lanes].
+            const int64_t B = 2 * int64_t(lanes);
+            s.c_out_padded = round_up(o.c, B);
             const int64_t taps = int64_t(i.c) * w.kernel_h * w.kernel_w;
             std::vector<float> t(size_t(taps * s.c_out_padded), 0.0f);
             for (int64_t oc = 0; oc < o.c; ++oc)
-              for (int64_t k = 0; k < taps; ++k) t[size_t(k * s.c_out_padded + oc)] = s.weight[oc * taps + k];
+              for (int64_t k = 0; k < taps; ++k) t[size_t(((oc / B) * taps + k) * B + oc % B)] = s.weight[oc * taps + k];
             packed_.push_back(std::move(t));
             s.weight_t = packed_.back().data();
             std::vector<int32_t> offsets;
@@ -280,13 +284,16 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     output_elements_.push_back(graph_.values[id].elements);
   }
 
-  // Tiles unless asked otherwise: on the Zen 4 development VM the tiles ran 1.2-2.5x the images
-  // schedule at batch 64 on every model measured, 32-128-channel ones whose tile arena is several
-  // times L2 included (docs/design/cpu-backend.md). Images: one image at a time, its channels
-  // across the lanes, the dense layers for groups of images, as many of their inputs as fit in
-  // half of L2, so each weight is read from memory once per group.
+  // Images: one image at a time, its channels across the lanes, the dense layers for groups of
+  // images, as many of their inputs as fit in half of L2, so each weight is read from memory once
+  // per group. Auto picks it where a tile's largest zero-bordered conv input (the tile path's copy,
+  // lanes images wide) exceeds L2: the tile kernel then streams its input from beyond L2 while one
+  // image's stays in it. On the zoo's models that split matched the measured winner at batches 64
+  // and 1,024 (docs/design/cpu-backend.md): images on cifar-vgg, vgg-mnist and resnet20, tiles on
+  // keras-cnn ('valid' convs: no copy), conv-bn-relu and concat-branches.
   const int64_t l2 = l2_bytes();
-  images_ = schedule == CpuOptions::Schedule::Images;
+  const bool tile_input_beyond_l2 = scratch_floats * int64_t(sizeof(float)) > l2;
+  images_ = schedule == CpuOptions::Schedule::Images || (schedule == CpuOptions::Schedule::Auto && tile_input_beyond_l2);
   int64_t dense_k = 0;
   for (const KStep& s : steps_)
     if (s.op == KOp::Dense) dense_k = std::max(dense_k, s.elements);
@@ -324,8 +331,12 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   min_tile_images_ = std::max(2, lanes / 2);
 
   const std::string schedule_text =
-      images_ ? fmt::format("one image at a time, dense layers for groups of up to {} images ({} KiB L2)", group_,
-                            l2 / 1024)
+      images_ ? fmt::format("one image at a time, dense layers for groups of up to {} images ({} KiB L2{})", group_,
+                            l2 / 1024,
+                            schedule == CpuOptions::Schedule::Auto
+                                ? fmt::format("; a tile's largest padded conv input, {} KiB, exceeds it",
+                                              scratch_floats * int64_t(sizeof(float)) / 1024)
+                                : "")
               : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
       "cpu: {} kernels, {}, {} steps from {} nodes ({} activations fused, {} convs across channels on single "

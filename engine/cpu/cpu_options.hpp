@@ -19,8 +19,9 @@ struct CpuOptions {
   Kernels kernels = Kernels::Best;
   // How a batch goes through the network (same bits either way, kernels.hpp). Tiles: lanes images
   // side by side, one per SIMD lane. Images: one image at a time, channels across the lanes, dense
-  // layers for groups of images at once (a working set of one image rather than a tile's). Auto is
-  // Tiles, the faster of the two wherever measured (docs/design/cpu-backend.md).
+  // layers for groups of images at once (a working set of one image rather than a tile's). Auto:
+  // Images where a tile's largest zero-bordered conv input exceeds the L2 cache, else Tiles (the
+  // faster of the two on each model measured, docs/design/cpu-backend.md); plan_summary() says which.
   enum class Schedule { Auto, Tiles, Images };
   Schedule schedule = Schedule::Auto;
 };

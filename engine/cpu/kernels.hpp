@@ -218,14 +218,15 @@ struct K {
 
   // Single-image path, vectorised over output channels instead (when a row is much narrower than
   // the channel count, e.g. LeNet's c3: 10 positions, 16 channels): RV vectors of W channels x RX
-  // output positions per register block, weights transposed at compile time to
-  // [c][p][q][channel] (weight_t), and the (c, p, q) taps one flat loop over their input offsets
+  // output positions per register block, weights packed at compile time to
+  // [channel block][c][p][q][2 W] (weight_t), and the (c, p, q) taps one flat loop over their input offsets
   // (tap_offsets, (c * hp + p) * wp + q): two pointers and RV + RX loads per tap.
   //
-  // Positions: with stride 1 a run of RX consecutive "columns" of the padded-width grid
-  // (f = oy * wp + ox), whose inputs are then RX consecutive floats from tap offset + f; the
-  // columns past w_out (kw - 1 per row) are computed and dropped. With larger strides, RX
-  // positions of one output row.
+  // Positions: RX consecutive positions of one output row, or, where the padded-width grid has no
+  // column past w_out (1-wide kernels at stride 1), a run of RX consecutive "columns" of the grid
+  // (f = oy * wp + ox) across rows, whose inputs are RX consecutive floats from tap offset + f.
+  // (The code would also drop such columns, but computing them never paid: see
+  // conv_single_by_channel.)
   template <int RV, int RX>
   static void conv_oc_block(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep) {
     V acc[RV][RX];
@@ -236,31 +237,40 @@ struct K {
     }
     const int64_t taps = int64_t(s.c_in) * s.kh * s.kw;
     const int32_t* off = s.tap_offsets;
-    const float* w = s.weight_t + oc;
-    const int64_t wstep = s.c_out_padded;
+    // This block's weights: [tap][2 W] from block oc / (2 W) on (oc is a multiple of 2 W).
+    const float* w = s.weight_t + int64_t(oc) * taps;
+    const int64_t wstep = 2 * W;
     for (int64_t t = 0; t < taps; ++t, w += wstep) {
       const float* xt = x0 + off[t];
       V wv[RV];
       for (int v = 0; v < RV; ++v) wv[v] = S::load(w + v * W);
+      // Unrolled in full, or GCC keeps a 24-accumulator block on the stack.
+#pragma GCC unroll 32
       for (int j = 0; j < RX; ++j) {
         const V xb = S::bcast(xt + j * xstep);
+#pragma GCC unroll 4
         for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
       }
     }
-    // Scattered to the planar [c][h][w] output, one channel's values at a time.
-    const int64_t plane = int64_t(s.h_out) * s.w_out;
+    // To the planar [c][h][w] output channel by channel: each channel's positions of the block are
+    // consecutive floats (the flat grid's dropped columns are exactly the gaps between output rows),
+    // so each output line is written once, in order. Position-major stores touched RV * W lines per
+    // position, which on 32x32 planes (4 KiB apart) all fall in one L1 set and evicted each other.
+    alignas(64) float t[RX][RV * W];
+    int js[RX];
+    int m = 0;
     for (int j = 0; j < RX; ++j) {
       // f0 + j = oy * wp + ox (w_out <= wp); columns past w_out only come from the flat grid.
-      const int64_t oy = (f0 + j) / s.wp, ox = (f0 + j) % s.wp;
-      if (ox >= s.w_out) continue;
-      float* out = y + int64_t(oc) * plane + oy * s.w_out + ox;
-      for (int v = 0; v < RV; ++v) {
-        alignas(64) float t[W];
-        S::store(t, act(s.act, acc[v][j]));
-        const int n = s.c_out - oc - v * W < W ? s.c_out - oc - v * W : W;
-        for (int l = 0; l < n; ++l) out[(int64_t(v) * W + l) * plane] = t[l];
-      }
+      if ((f0 + j) % s.wp < s.w_out) js[m++] = j;
+      for (int v = 0; v < RV; ++v) S::store(&t[j][v * W], act(s.act, acc[v][j]));
     }
+    if (m == 0) return;
+    const int64_t first = f0 + js[0];
+    const int64_t plane = int64_t(s.h_out) * s.w_out;
+    float* out = y + int64_t(oc) * plane + first / s.wp * s.w_out + first % s.wp;
+    const int n = s.c_out - oc < RV * W ? s.c_out - oc : RV * W;
+    for (int l = 0; l < n; ++l, out += plane)
+      for (int k = 0; k < m; ++k) out[k] = t[js[k]][l];
   }
 
   // Register blocks: RV * RX accumulators (all of kAccumulators), RX <= kMaxOcPositions.
@@ -274,9 +284,10 @@ struct K {
   }
 
   static void conv_single_by_channel(const KStep& s, const float* xp, float* y) {
-    // Flat while the dropped columns are at most a quarter of the grid (LeNet's c3, 10 of 14, ran
-    // slower flat than by rows).
-    const bool flat = s.sw == 1 && s.sh == 1 && 4 * (s.wp - s.w_out) <= s.wp;
+    // Flat only where the grid drops no column (1-wide kernels, unpadded full-width rows): row by
+    // row was as fast or faster wherever columns were dropped, 32-wide rows included, and 8- and
+    // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md).
+    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out;
     for (int oc = 0; oc < s.c_out; oc += 2 * W) {
       const int rv = s.c_out - oc > W ? 2 : 1;
       const int most = S::kAccumulators / rv;
@@ -420,6 +431,7 @@ struct K {
   // conv and dense get one fused).
   template <bool kMax>
   static void pool_single(const KStep& s, const float* x, float* y) {
+    if (whole_windows(s)) return pool_single_whole<kMax>(s, x, y);
     for (int64_t c = 0; c < s.c_out; ++c) {
       const float* xc = x + c * s.h_in * s.w_in;
       float* yc = y + c * s.h_out * s.w_out;
@@ -436,6 +448,50 @@ struct K {
             }
           if (!kMax) a = a * reciprocal(s, w);
           yc[i * s.w_out + j] = a;
+        }
+      }
+    }
+  }
+
+  // True when every window lies inside the input (no padding, none cut by the edge): one divisor.
+  static bool whole_windows(const KStep& s) {
+    return s.pt == 0 && s.pl == 0 && int64_t(s.h_out - 1) * s.sh + s.kh <= s.h_in &&
+           int64_t(s.w_out - 1) * s.sw + s.kw <= s.w_in;
+  }
+
+  // Single-image pooling with whole windows, vectorised along the input columns: for each output
+  // row, the window fold runs at every input column a window may start at (W at a time, in the
+  // same (p, q) order as above, so each output's value is the same), and the columns a window does
+  // start at (every sw-th) are copied out. With sw = 2 half the work is discarded; still some 4x
+  // fewer instructions than one window at a time.
+  template <bool kMax>
+  static void pool_single_whole(const KStep& s, const float* x, float* y) {
+    constexpr int kChunk = 256;  // starting columns per pass (a stack buffer)
+    alignas(64) float a[kChunk + W];
+    const int64_t starts = int64_t(s.w_out - 1) * s.sw + 1;
+    const V recip = S::set1(1.0f / float(int64_t(s.kh) * s.kw));
+    for (int64_t c = 0; c < s.c_out; ++c) {
+      const float* xc = x + c * s.h_in * s.w_in;
+      float* yc = y + c * s.h_out * s.w_out;
+      for (int64_t i = 0; i < s.h_out; ++i) {
+        const float* top = xc + i * s.sh * s.w_in;
+        for (int64_t c0 = 0; c0 < starts; c0 += kChunk) {
+          const int64_t n = starts - c0 < kChunk ? starts - c0 : kChunk;
+          for (int64_t k = 0; k < n; k += W) {
+            // Lanes past n read at most W - 1 floats past the window's last column: the buffers
+            // have that much slack, and those lanes are never copied out.
+            V v = kMax ? S::set1(-__builtin_inff()) : S::zero();
+            for (int64_t p = 0; p < s.kh; ++p)
+              for (int64_t q = 0; q < s.kw; ++q) {
+                const V t = S::load(top + p * s.w_in + c0 + k + q);
+                v = kMax ? S::max(t, v) : S::add(v, t);
+              }
+            if (!kMax) v = S::mul(v, recip);
+            S::store(a + k, v);
+          }
+          // Output columns whose window starts in [c0, c0 + n).
+          for (int64_t j = (c0 + s.sw - 1) / s.sw; j < s.w_out && j * s.sw < c0 + n; ++j)
+            yc[i * s.w_out + j] = a[j * s.sw - c0];
         }
       }
     }

@@ -32,8 +32,9 @@ struct KStep {
   // (scratch); false when that buffer would be too large (huge padding) and taps are bounds-checked.
   bool padded = false;
   int64_t hp = 0, wp = 0;
-  // Conv, single-image path: vectorise over output channels (weight_t: [c][p][q][c_out_padded],
-  // zero past c_out) rather than along output rows, when that fills more lanes.
+  // Conv, single-image path: vectorise over output channels rather than along output rows, when
+  // that fills more lanes. weight_t: blocks of B = 2 x lanes output channels, [c_out_padded / B]
+  // [c][p][q][B], zero past c_out.
   bool single_by_channel = false;
   const float* weight_t = nullptr;
   int64_t c_out_padded = 0;

@@ -1,0 +1,110 @@
+// The cpu backend's single-image conv and pooling paths on the shapes that pick each of them
+// (channels by rows, channels flat for 1-wide kernels, rows; pooling over whole windows, vectorised,
+// and with padding, window by window), with every kernel set: within the reference's tolerance,
+// and bitwise equal to the same image computed in a tile (the images of a batch of 17 against
+// each image alone). Outputs start as NaN, so an element never written fails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/cpu_options.hpp"
+#include "tests/common/compare.hpp"
+#include "tests/common/model_builder.hpp"
+#include "tests/common/test_models.hpp"
+
+namespace {
+
+using formats::OpType;
+using testing_support::window;
+using Kernels = engine::cpu::CpuOptions::Kernels;
+
+constexpr double kTolerance = 1e-5;
+
+bool runnable(Kernels k) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (k == Kernels::Avx512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+                                   __builtin_cpu_supports("fma");
+  if (k == Kernels::Avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  return k == Kernels::Portable;
+}
+
+// Against the reference for batches 1 and 17, and each image of the batch of 17 (16 in a tile with
+// AVX-512, the rest on the single-image path) bitwise equal to that image run alone.
+void check(const std::shared_ptr<formats::Model>& model, uint32_t seed, const std::string& what) {
+  const int64_t per = formats::element_count(model->input.raw_shape);
+  constexpr int kBatch = 17;
+  const auto input = testing_support::random_floats(size_t(per) * kBatch, seed, -3.0f, 1.0f);
+  for (Kernels k : {Kernels::Avx512, Kernels::Avx2, Kernels::Portable}) {
+    if (!runnable(k)) continue;
+    auto backend = engine::cpu::make_cpu_backend(engine::cpu::CpuOptions{k});
+    for (int batch : {1, kBatch}) {
+      const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), batch, batch + 2);
+      EXPECT_EQ(c.unwritten, 0u) << what << " batch " << batch;
+      EXPECT_LE(c.max_abs_error, kTolerance) << what << " batch " << batch << ": " << c.worst;
+    }
+    const auto all = testing_support::run_backend(model, *backend, input.data(), kBatch, kBatch).at(0);
+    const size_t out = all.size() / kBatch;
+    for (int i = 0; i < kBatch; ++i) {
+      const std::vector<float> one_in(input.begin() + i * per, input.begin() + (i + 1) * per);
+      const auto one = testing_support::run_backend(model, *backend, one_in.data(), 1, 1).at(0);
+      ASSERT_EQ(one.size(), out);
+      EXPECT_EQ(std::memcmp(one.data(), all.data() + size_t(i) * out, out * sizeof(float)), 0)
+          << what << ": image " << i << " alone differs from its batch's bits (kernels " << int(k) << ")";
+    }
+  }
+}
+
+TEST(CpuConvPaths, ChannelsByRowsFlatAndRowsAgree) {
+  struct Case {
+    int C, H, W, O;
+    formats::Window2D win;
+  };
+  const Case cases[] = {
+      {3, 32, 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1)},    // CIFAR first layer: 3 input channels
+      {16, 8, 8, 128, window(3, 3, 1, 1, 1, 1, 1, 1)},    // 8-wide rows, 128 channels
+      {8, 7, 7, 48, window(3, 3, 1, 1, 1, 1, 1, 1)},      // 7-wide rows, 3 vectors of 16
+      {16, 14, 14, 24, window(3, 3, 1, 1, 1, 1, 1, 1)},   // rows fill 14 of 16, channels 24 of 32
+      {9, 26, 26, 20, window(3, 3, 1, 1)},                // 'valid', 20 channels
+      {16, 11, 13, 40, window(1, 1, 1, 1)},               // 1x1: the flat grid across rows
+      {5, 17, 17, 33, window(5, 5, 1, 1, 2, 2, 2, 2)},    // 5x5 'same', 33 channels
+      {16, 16, 16, 32, window(3, 3, 2, 2, 1, 1, 1, 1)},   // stride 2
+      {1, 28, 28, 6, window(5, 5, 1, 1)},                 // few channels: along rows
+  };
+  uint32_t seed = 7000;
+  for (const auto& c : cases) {
+    formats::Node attrs;
+    attrs.window = c.win;
+    attrs.out_channels = c.O;
+    auto model = testing_support::single_op_model(OpType::Conv2D, {c.C, c.H, c.W}, attrs, seed++, true);
+    check(model, seed++, "conv " + formats::shape_to_string({c.C, c.H, c.W}) + " -> " + std::to_string(c.O));
+  }
+}
+
+TEST(CpuConvPaths, PoolsWholeWindowsAndPadded) {
+  struct Case {
+    int C, H, W;
+    formats::Window2D win;
+  };
+  const Case cases[] = {
+      {5, 13, 11, window(3, 3, 2, 2)},           // whole windows, odd sizes, last columns unused
+      {3, 9, 300, window(2, 2, 1, 1)},           // rows longer than one pass of starting columns
+      {4, 7, 20, window(3, 2, 1, 3)},            // column stride 3
+      {2, 8, 8, window(2, 2, 2, 2, 1, 0, 1, 0)}, // padded: window by window
+  };
+  uint32_t seed = 8000;
+  for (const auto& c : cases)
+    for (OpType op : {OpType::MaxPool, OpType::AvgPool}) {
+      formats::Node attrs;
+      attrs.window = c.win;
+      attrs.count_include_pad = false;
+      auto model = testing_support::single_op_model(op, {c.C, c.H, c.W}, attrs, seed++);
+      check(model, seed++, std::string(formats::op_name(op)) + " " + formats::shape_to_string({c.C, c.H, c.W}));
+    }
+}
+
+}  // namespace
