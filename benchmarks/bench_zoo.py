@@ -219,6 +219,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", help="batch sizes, comma-separated (overrides the mode's)")
     ap.add_argument("--precisions", help="engine precisions, comma-separated (overrides the mode's)")
     ap.add_argument("--mnist", help="folder of the MNIST files, for int8 calibration (default: where zoo.json says)")
+    ap.add_argument("--time-budget", type=float, default=0,
+                    help="seconds: start no model after this much time (the rest are reported as not run)")
     args = ap.parse_args(argv)
 
     import torch
@@ -249,6 +251,10 @@ def main(argv=None) -> int:
         work = pathlib.Path(tmp)
         for name, info in entries.items():
             t0 = time.time()
+            if args.time_budget and t0 - started > args.time_budget:
+                doc["failures"].append({"model": name, "what": "all", "reason": f"not run: past --time-budget {args.time_budget:g} s"})
+                log(f"{name}: not run (past --time-budget)")
+                continue
             m = doc["models"][name] = {"engine": [], "pytorch": [], "skipped": []}
             for precision in precisions:
                 model = zoo / name / "model.json"
