@@ -32,9 +32,18 @@ int images_per_chunk(int64_t arena_floats, int max_batch) {
 
 Hwc hwc_of(const Shape& s) { return s.size() == 3 ? Hwc{int(s[1]), int(s[2]), int(s[0])} : Hwc{}; }
 
+void to_nchw(const float* x, Hwc d, float* y) {
+  const int64_t hw = int64_t(d.height) * d.width;
+  for (int c = 0; c < d.channels; ++c)
+    for (int64_t pix = 0; pix < hw; ++pix) y[c * hw + pix] = x[pix * d.channels + c];
+}
+
 struct Step {
   OpType op{};
   std::vector<int> inputs;  // storage roots
+  // Per input: the [C, H, W] layout of a flattened value that this (non-dense) op reads in the
+  // model's order, so it is made NCHW first; channels 0 where the input is read as stored.
+  std::vector<Hwc> unflatten;
   int output = -1;          // storage root
   int64_t in_elements = 0, out_elements = 0;
   Hwc in, out;
@@ -92,6 +101,8 @@ class Int8Executable : public Executable, public StagedExecution {
     std::vector<uint8_t> cols;    // im2col rows
     std::vector<int32_t> sums;
     std::vector<double> pool;
+    std::vector<float> flat;      // flattened inputs in the model's order (Step::unflatten)
+    std::vector<const float*> inputs;  // the current step's inputs
   };
   void run_chunk(const void* input, int first, int count, std::span<float* const> outputs, Buffers& b) const;
   void conv(const Step& s, const float* x, float* y, Buffers& b) const;
@@ -100,6 +111,7 @@ class Int8Executable : public Executable, public StagedExecution {
   Graph graph_;
   const Int8Gemm& gemm_;
   int max_batch_ = 0, threads_ = 1, images_ = 1;
+  int64_t flat_floats_ = 0;  // per image: the most that one step's flattened inputs hold
   std::vector<Step> steps_;
   int64_t raw_sample_elements_ = 0;
   std::vector<Buffers> buffers_;
@@ -144,6 +156,7 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
   raw_sample_elements_ = formats::element_count(model.input.raw_shape);
   size_t padded_bytes = 0, cols_bytes = 0, sums_ints = 0, pool_doubles = 0;
   int fused = 0;
+  size_t max_inputs = 1;
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const int group = graph_.group_of.empty() ? -1 : graph_.group_of[i];
     if (group >= 0 && graph_.groups[size_t(group)].nodes.front() != int(i)) continue;  // runs in its group's step
@@ -152,7 +165,16 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     if (node.op == OpType::Flatten) continue;  // an alias
     Step s;
     s.op = node.op;
-    for (int v : p.inputs) s.inputs.push_back(graph_.storage_root(v));
+    int64_t flat_floats = 0;
+    for (int v : p.inputs) {
+      s.inputs.push_back(graph_.storage_root(v));
+      const Shape& root_shape = graph_.values[size_t(s.inputs.back())].shape;
+      const bool flattened = graph_.values[size_t(v)].shape.size() != 3 && root_shape.size() == 3;
+      s.unflatten.push_back(flattened && node.op != OpType::Dense ? hwc_of(root_shape) : Hwc{1, 1, 0});
+      if (s.unflatten.back().channels > 0) flat_floats += graph_.values[size_t(v)].elements;
+    }
+    flat_floats_ = std::max(flat_floats_, flat_floats);
+    max_inputs = std::max(max_inputs, p.inputs.size());
     const int out_value = group >= 0 ? graph_.nodes[size_t(graph_.groups[size_t(group)].nodes.back())].output : p.output;
     s.relu = group >= 0;
     fused += s.relu;
@@ -226,7 +248,7 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     } else if (node.op == OpType::ScaleShift) {
       s.ss_scale = node.weight->values.data();
       s.ss_shift = node.bias->values.data();
-      s.out.channels = int(graph_.values[size_t(s.inputs[0])].shape.at(0));
+      s.out.channels = int(in.shape.at(0));
     } else if (node.op == OpType::Concat) {
       for (int v : s.inputs) {
         const Shape& sh = graph_.values[size_t(v)].shape;
@@ -249,6 +271,8 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     b.cols.assign(cols_bytes, 0);
     b.sums.assign(sums_ints, 0);
     b.pool.assign(pool_doubles, 0.0);
+    b.flat.assign(size_t(flat_floats_) * size_t(images_), 0.0f);
+    b.inputs.assign(max_inputs, nullptr);
   }
   summary_ = fmt::format(
       "cpu int8: {} steps ({} conv2d/dense + relu fused), int8 products with int32 sums ({}), inputs of conv2d/dense "
@@ -319,7 +343,19 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
   }
 
   for (const Step& s : steps_) {
-    const float* a = at(arena, s.inputs[0]);
+    // Inputs as the op reads them: a flattened NHWC value in the model's (NCHW) order.
+    const float** in = b.inputs.data();
+    float* flat = b.flat.data();
+    for (size_t k = 0; k < s.inputs.size(); ++k) {
+      in[k] = at(arena, s.inputs[k]);
+      const Hwc d = s.unflatten[k];
+      if (d.channels == 0) continue;
+      const int64_t per = int64_t(d.channels) * d.height * d.width;
+      for (int i = 0; i < count; ++i) to_nchw(in[k] + i * per, d, flat + i * per);
+      in[k] = flat;
+      flat += count * per;
+    }
+    const float* a = in[0];
     float* y = at(arena, s.output);
     switch (s.op) {
       case OpType::Conv2D:
@@ -349,7 +385,7 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
       case OpType::Softmax:
         for (int i = 0; i < count; ++i) softmax(a + i * s.in_elements, s.in_elements, y + i * s.out_elements);
         break;
-      case OpType::Add: add(a, at(arena, s.inputs[1]), count * s.in_elements, y); break;
+      case OpType::Add: add(a, in[1], count * s.in_elements, y); break;
       case OpType::ScaleShift:
         scale_shift(a, count * (s.in_elements / s.out.channels), s.out.channels, s.ss_scale, s.ss_shift, y);
         break;
@@ -360,7 +396,7 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
         const int64_t pixels = s.out_elements / total;
         int64_t offset = 0;
         for (size_t k = 0; k < s.inputs.size(); ++k) {
-          const float* src = at(arena, s.inputs[k]);
+          const float* src = in[k];
           const int64_t part = s.parts[k];
           for (int64_t pix = 0; pix < count * pixels; ++pix)
             std::memcpy(y + pix * total + offset, src + pix * part, size_t(part) * sizeof(float));
@@ -382,12 +418,7 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
       std::memcpy(dst, src, size_t(count) * size_t(v.elements) * sizeof(float));
       continue;
     }
-    const Hwc d = hwc_of(stored);
-    const int64_t hw = int64_t(d.height) * d.width;
-    for (int i = 0; i < count; ++i)
-      for (int c = 0; c < d.channels; ++c)
-        for (int64_t pix = 0; pix < hw; ++pix)
-          dst[i * v.elements + c * hw + pix] = src[i * v.elements + pix * d.channels + c];
+    for (int i = 0; i < count; ++i) to_nchw(src + i * v.elements, hwc_of(stored), dst + i * v.elements);
   }
 }
 
