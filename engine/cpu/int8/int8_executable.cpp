@@ -283,7 +283,7 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
 
 void Int8Executable::conv(const Step& s, const float* x, float* y, Buffers& b) const {
   const formats::Window2D& w = *s.win;
-  quantize_padded(x, s.in, w, s.in_scale, b.padded.data());
+  quantize_padded(x, s.in, w, s.in_scale, b.padded.data(), gemm_.quantize);
   const int pixels = s.out.height * s.out.width;
   const bool direct = w.kernel_h == 1 && w.kernel_w == 1 && w.stride_h == 1 && w.stride_w == 1 && w.pad_top == 0 &&
                       w.pad_left == 0 && w.pad_bottom == 0 && w.pad_right == 0 && s.kp == s.in.channels;
@@ -295,7 +295,7 @@ void Int8Executable::conv(const Step& s, const float* x, float* y, Buffers& b) c
       a = b.cols.data();
     }
     gemm_.gemm(a, rows, s.kp, s.packed.data(), s.n, b.sums.data(), s.ldc);
-    requantize_rows(b.sums.data(), s.ldc, rows, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.relu,
+    gemm_.requantize_rows(b.sums.data(), s.ldc, rows, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.relu,
                     y + int64_t(first) * s.n);
   }
 }
@@ -364,11 +364,11 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
       case OpType::Dense: {
         for (int i = 0; i < count; ++i) {
           uint8_t* row = b.padded.data() + int64_t(i) * s.kp;
-          quantize(a + i * s.in_elements, s.in_elements, s.in_scale, row);
+          gemm_.quantize(a + i * s.in_elements, s.in_elements, s.in_scale, row);
           std::memset(row + s.in_elements, 128, size_t(s.kp - s.in_elements));
         }
         gemm_.gemm(b.padded.data(), count, s.kp, s.packed.data(), s.n, b.sums.data(), s.ldc);
-        requantize_rows(b.sums.data(), s.ldc, count, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.relu, y);
+        gemm_.requantize_rows(b.sums.data(), s.ldc, count, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.relu, y);
         break;
       }
       case OpType::MaxPool:

@@ -24,6 +24,12 @@ struct Int8Gemm {
   void (*pack)(const int8_t* w, int n, int kp, uint8_t* out) = nullptr;
   // a [m][kp] row-major; c [m][ldc]; columns n..round_up(n, kColumnStep) of c get unspecified values.
   void (*gemm)(const uint8_t* a, int m, int kp, const uint8_t* packed, int n, int32_t* c, int ldc) = nullptr;
+  // The element-wise steps around the product, as int8_ops.hpp defines them (quantize,
+  // requantize_rows): correctly rounded IEEE operations only, so a vectorised version gives the
+  // portable one's bits.
+  void (*quantize)(const float* x, int64_t n, float scale, uint8_t* q) = nullptr;
+  void (*requantize_rows)(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,
+                          const double* bias, bool relu, float* y) = nullptr;
 };
 
 // AVX-512 VNNI (vpdpbusd): weights as [n/16][kp/4][16][4]. nullptr where not compiled in.

@@ -90,10 +90,47 @@ void gemm(const uint8_t* a, int m, int kp, const uint8_t* packed, int n, int32_t
   }
 }
 
+// int8_ops.hpp's quantize, 16 at a time: vdivps, vminps (a NaN becomes 127, as there), vmaxps,
+// vcvtps2dq in the default rounding mode (to nearest even), vpmovdb.
+void quantize_avx512(const float* x, int64_t n, float scale, uint8_t* q) {
+  if (scale == 0.0f) {
+    std::memset(q, 128, size_t(n));
+    return;
+  }
+  const __m512 s = _mm512_set1_ps(scale), hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), s);
+    v = _mm512_max_ps(_mm512_min_ps(v, hi), lo);
+    const __m512i r = _mm512_add_epi32(_mm512_cvtps_epi32(v), offset);
+    _mm512_mask_cvtepi32_storeu_epi8(q + i, m, r);
+  }
+}
+
+// int8_ops.hpp's requantize_rows, 8 channels at a time in double.
+void requantize_rows_avx512(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,
+                            const double* bias, bool relu, float* y) {
+  const __m256 zero = _mm256_setzero_ps();
+  for (int r = 0; r < rows; ++r) {
+    const int32_t* cr = c + size_t(r) * ldc;
+    float* yr = y + size_t(r) * n;
+    for (int o = 0; o < n; o += 8) {
+      const __mmask8 m = n - o >= 8 ? __mmask8(0xFF) : __mmask8((1u << (n - o)) - 1);
+      const __m256i sum = _mm256_sub_epi32(_mm256_maskz_loadu_epi32(m, cr + o), _mm256_maskz_loadu_epi32(m, offset + o));
+      const __m512d v = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(sum), _mm512_maskz_loadu_pd(m, scale + o)),
+                                      _mm512_maskz_loadu_pd(m, bias + o));
+      __m256 f = _mm512_cvtpd_ps(v);
+      if (relu) f = _mm256_max_ps(f, zero);  // -0 and NaN to +0, as y > 0 ? y : 0
+      _mm256_mask_storeu_ps(yr + o, m, f);
+    }
+  }
+}
+
 }  // namespace
 
 const Int8Gemm* int8_gemm_avx512vnni() {
-  static const Int8Gemm set{"avx512-vnni", packed_bytes, pack, gemm};
+  static const Int8Gemm set{"avx512-vnni", packed_bytes, pack, gemm, quantize_avx512, requantize_rows_avx512};
   return &set;
 }
 

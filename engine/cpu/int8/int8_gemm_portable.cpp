@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "engine/cpu/int8/int8_gemm.hpp"
+#include "engine/cpu/int8/int8_ops.hpp"
 
 namespace engine::cpu::int8 {
 namespace {
@@ -23,7 +24,7 @@ void gemm(const uint8_t* a, int m, int kp, const uint8_t* packed, int n, int32_t
 }  // namespace
 
 const Int8Gemm& int8_gemm_portable() {
-  static const Int8Gemm set{"portable", packed_bytes, pack, gemm};
+  static const Int8Gemm set{"portable", packed_bytes, pack, gemm, quantize, requantize_rows};
   return set;
 }
 

@@ -25,7 +25,8 @@ void quantize(const float* x, int64_t n, float scale, uint8_t* q) {
   }
 }
 
-void quantize_padded(const float* x, Hwc in, const formats::Window2D& win, float scale, uint8_t* out) {
+void quantize_padded(const float* x, Hwc in, const formats::Window2D& win, float scale, uint8_t* out,
+                     void (*quantize)(const float*, int64_t, float, uint8_t*)) {
   const int wp = win.pad_left + in.width + win.pad_right, hp = win.pad_top + in.height + win.pad_bottom;
   const int64_t row = int64_t(wp) * in.channels;
   std::memset(out, 128, size_t(row) * win.pad_top);

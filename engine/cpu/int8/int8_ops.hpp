@@ -16,8 +16,10 @@ struct Hwc {
 // q + 128 for q = clamp(rne(x / scale), -127, 127) (a NaN to 127, as fmin/fmax do); scale 0: q = 0.
 void quantize(const float* x, int64_t n, float scale, uint8_t* q);
 
-// The quantized copy of an NHWC image with a border of q = 0 (128): [top + H + bottom][left + W + right][C].
-void quantize_padded(const float* x, Hwc in, const formats::Window2D& win, float scale, uint8_t* out);
+// The quantized copy of an NHWC image with a border of q = 0 (128): [top + H + bottom][left + W + right][C],
+// each row by `quantize` (one of the instruction sets' versions of the above).
+void quantize_padded(const float* x, Hwc in, const formats::Window2D& win, float scale, uint8_t* out,
+                     void (*quantize)(const float*, int64_t, float, uint8_t*));
 
 // Rows [first, first + rows) of the im2col matrix of a padded quantized image: row (i, j) holds the
 // window's taps in (p, q, c) order, then zeros up to kp.
