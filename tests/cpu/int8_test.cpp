@@ -227,11 +227,13 @@ TEST(Int8Cpu, EveryOpMatchesTheEmulation) {
 }
 
 TEST(Int8Cpu, SameBitsForAnySplitThreadCountAndInstructionSet) {
-  // Two quantized layers in a row and a dense layer after a flatten (weights permuted to NHWC).
+  // Two quantized layers in a row, relu and tanh in their epilogues, and a dense layer after a
+  // flatten (weights permuted to NHWC).
   using testing_support::ModelBuilder;
   auto base = ModelBuilder("deep", {3, 12, 10}).conv2d("c1", "x", 3, 8, window(3, 3, 1, 1, 1, 1, 1, 1), 1)
                   .unary("r1", OpType::Relu, "c1").pool("p1", OpType::MaxPool, "r1", window(2, 2, 2, 2))
-                  .conv2d("c2", "p1", 8, 12, window(3, 3, 1, 1), 2).unary("f", OpType::Flatten, "c2")
+                  .conv2d("c2", "p1", 8, 12, window(3, 3, 1, 1), 2).unary("t", OpType::Tanh, "c2")
+                  .unary("f", OpType::Flatten, "t")
                   .dense("d", "f", 12 * 4 * 3, 10, 3).unary("p", OpType::Softmax, "d").outputs({"p"}).build();
   const int n = 41;
   const auto x = testing_support::random_floats(size_t(n) * 3 * 12 * 10, 99);

@@ -52,7 +52,7 @@ struct Step {
   // conv2d, dense
   float in_scale = 0;
   int n = 0, kp = 0, ldc = 0;
-  bool relu = false;
+  Act act = Act::None;  // the next node's, run in the epilogue
   std::vector<uint8_t> packed;
   std::vector<int32_t> offset;  // 128 * sum of the quantized weights per output channel
   std::vector<double> scale, bias;
@@ -121,8 +121,8 @@ class Int8Executable : public Executable, public StagedExecution {
   std::vector<float*> staged_pointers_;
 };
 
-// A conv2d or dense whose output only a relu reads runs with the relu in its epilogue.
-Graph fuse_relus(const Graph& graph) {
+// A conv2d or dense whose output only a relu or tanh reads runs with it in its epilogue.
+Graph fuse_activations(const Graph& graph) {
   std::vector<FusionGroup> groups;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const PlannedNode& p = graph.nodes[i];
@@ -130,14 +130,15 @@ Graph fuse_relus(const Graph& graph) {
     const Value& v = graph.values[size_t(p.output)];
     if (v.is_output || v.consumers.size() != 1) continue;
     const int next = v.consumers[0];
-    if (graph.nodes[size_t(next)].node->op != OpType::Relu) continue;
-    groups.push_back(FusionGroup{{int(i), next}, p.node->op == OpType::Conv2D ? "conv2d+relu" : "dense+relu"});
+    const OpType act = graph.nodes[size_t(next)].node->op;
+    if (act != OpType::Relu && act != OpType::Tanh) continue;
+    groups.push_back(FusionGroup{{int(i), next}, fmt::format("{}+{}", formats::op_name(p.node->op), formats::op_name(act))});
   }
   return groups.empty() ? graph : fuse_groups(graph, std::move(groups));
 }
 
 Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& options, const Int8Gemm& gemm)
-    : graph_(fuse_relus(planned)), gemm_(gemm), max_batch_(options.max_batch) {
+    : graph_(fuse_activations(planned)), gemm_(gemm), max_batch_(options.max_batch) {
   if (max_batch_ < 1) throw std::invalid_argument(fmt::format("cpu: max_batch must be at least 1, got {}", max_batch_));
   if (options.threads < 0 || options.threads > kMaxThreads)
     throw std::invalid_argument(
@@ -176,8 +177,11 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     flat_floats_ = std::max(flat_floats_, flat_floats);
     max_inputs = std::max(max_inputs, p.inputs.size());
     const int out_value = group >= 0 ? graph_.nodes[size_t(graph_.groups[size_t(group)].nodes.back())].output : p.output;
-    s.relu = group >= 0;
-    fused += s.relu;
+    if (group >= 0) {
+      const OpType act = graph_.nodes[size_t(graph_.groups[size_t(group)].nodes.back())].node->op;
+      s.act = act == OpType::Relu ? Act::Relu : Act::Tanh;
+      ++fused;
+    }
     s.output = graph_.storage_root(out_value);
     const Value& in = graph_.values[size_t(p.inputs[0])];
     const Value& out = graph_.values[size_t(out_value)];
@@ -267,15 +271,15 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
   for (Buffers& b : buffers_) {
     b.arena.assign(size_t(graph_.arena_floats_per_sample) * size_t(images_), 0.0f);
     b.nchw.assign(size_t(graph_.values[size_t(graph_.input)].elements), 0.0f);
-    b.padded.assign(padded_bytes, 0);
-    b.cols.assign(cols_bytes, 0);
+    b.padded.assign(padded_bytes + kIm2colSlack, 0);
+    b.cols.assign(cols_bytes + kIm2colSlack, 0);
     b.sums.assign(sums_ints, 0);
     b.pool.assign(pool_doubles, 0.0);
     b.flat.assign(size_t(flat_floats_) * size_t(images_), 0.0f);
     b.inputs.assign(max_inputs, nullptr);
   }
   summary_ = fmt::format(
-      "cpu int8: {} steps ({} conv2d/dense + relu fused), int8 products with int32 sums ({}), inputs of conv2d/dense "
+      "cpu int8: {} steps ({} conv2d/dense + relu/tanh fused), int8 products with int32 sums ({}), inputs of conv2d/dense "
       "quantized per tensor (calibrated ranges), weights per output channel, values NHWC in float; {} images per chunk, "
       "{} threads, batches up to {}; the same bits for any batch split, thread count and instruction set",
       steps_.size(), fused, gemm_.name, images_, workers, max_batch_);
@@ -295,7 +299,7 @@ void Int8Executable::conv(const Step& s, const float* x, float* y, Buffers& b) c
       a = b.cols.data();
     }
     gemm_.gemm(a, rows, s.kp, s.packed.data(), s.n, b.sums.data(), s.ldc);
-    gemm_.requantize_rows(b.sums.data(), s.ldc, rows, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.relu,
+    gemm_.requantize_rows(b.sums.data(), s.ldc, rows, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.act,
                     y + int64_t(first) * s.n);
   }
 }
@@ -368,7 +372,7 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
           std::memset(row + s.in_elements, 128, size_t(s.kp - s.in_elements));
         }
         gemm_.gemm(b.padded.data(), count, s.kp, s.packed.data(), s.n, b.sums.data(), s.ldc);
-        gemm_.requantize_rows(b.sums.data(), s.ldc, count, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.relu, y);
+        gemm_.requantize_rows(b.sums.data(), s.ldc, count, s.n, s.offset.data(), s.scale.data(), s.bias.data(), s.act, y);
         break;
       }
       case OpType::MaxPool:

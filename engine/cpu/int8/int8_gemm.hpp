@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/cpu/int8/int8_ops.hpp"
+
 namespace engine::cpu::int8 {
 
 // K (the reduction length) is padded with zeros to a multiple of this in a and in w.
@@ -29,7 +31,7 @@ struct Int8Gemm {
   // portable one's bits.
   void (*quantize)(const float* x, int64_t n, float scale, uint8_t* q) = nullptr;
   void (*requantize_rows)(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,
-                          const double* bias, bool relu, float* y) = nullptr;
+                          const double* bias, Act act, float* y) = nullptr;
 };
 
 // AVX-512 VNNI (vpdpbusd): weights as [n/16][kp/4][16][4]. nullptr where not compiled in.

@@ -108,9 +108,27 @@ void quantize_avx512(const float* x, int64_t n, float scale, uint8_t* q) {
   }
 }
 
+// int8_ops.hpp's rational_tanh, 8 at a time, operation for operation.
+__m256 tanh8(__m256 v) {
+  auto k = [](float x) { return _mm256_set1_ps(x); };
+  const __m256 c = _mm256_min_ps(_mm256_max_ps(v, k(-7.90531110763549805f)), k(7.90531110763549805f));
+  const __m256 x2 = _mm256_mul_ps(c, c);
+  __m256 p = k(-2.76076847742355e-16f);
+  for (float a : {2.00018790482477e-13f, -8.60467152213735e-11f, 5.12229709037114e-08f, 1.48572235717979e-05f,
+                  6.37261928875436e-04f, 4.89352455891786e-03f})
+    p = _mm256_add_ps(_mm256_mul_ps(p, x2), k(a));
+  p = _mm256_mul_ps(p, c);
+  __m256 q = k(1.19825839466702e-06f);
+  for (float b : {1.18534705686654e-04f, 2.26843463243900e-03f, 4.89352518554385e-03f})
+    q = _mm256_add_ps(_mm256_mul_ps(q, x2), k(b));
+  const __m256 r = _mm256_div_ps(p, q);
+  const __m256 ax = _mm256_andnot_ps(k(-0.0f), v);
+  return _mm256_blendv_ps(r, v, _mm256_cmp_ps(ax, k(0.0004f), _CMP_LT_OQ));
+}
+
 // int8_ops.hpp's requantize_rows, 8 channels at a time in double.
 void requantize_rows_avx512(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,
-                            const double* bias, bool relu, float* y) {
+                            const double* bias, Act act, float* y) {
   const __m256 zero = _mm256_setzero_ps();
   for (int r = 0; r < rows; ++r) {
     const int32_t* cr = c + size_t(r) * ldc;
@@ -121,7 +139,8 @@ void requantize_rows_avx512(const int32_t* c, int ldc, int rows, int n, const in
       const __m512d v = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(sum), _mm512_maskz_loadu_pd(m, scale + o)),
                                       _mm512_maskz_loadu_pd(m, bias + o));
       __m256 f = _mm512_cvtpd_ps(v);
-      if (relu) f = _mm256_max_ps(f, zero);  // -0 and NaN to +0, as y > 0 ? y : 0
+      if (act == Act::Relu) f = _mm256_max_ps(f, zero);  // -0 and NaN to +0, as y > 0 ? y : 0
+      if (act == Act::Tanh) f = tanh8(f);
       _mm256_mask_storeu_ps(yr + o, m, f);
     }
   }

@@ -48,22 +48,29 @@ void im2col(const uint8_t* padded, Hwc in, const formats::Window2D& win, int out
   for (int r = 0; r < rows; ++r) {
     const int i = (first + r) / out_width, j = (first + r) % out_width;
     uint8_t* o = out + int64_t(r) * kp;
-    for (int p = 0; p < win.kernel_h; ++p) {
-      const uint8_t* src = padded + ((int64_t(i) * win.stride_h + p) * wp + int64_t(j) * win.stride_w) * in.channels;
-      std::memcpy(o + p * run, src, size_t(run));
+    const uint8_t* src = padded + (int64_t(i) * win.stride_h * wp + int64_t(j) * win.stride_w) * in.channels;
+    if (run <= kIm2colSlack) {
+      // Short window rows (few channels: LeNet's first layer has 5 bytes): one fixed 16-byte copy
+      // each, in order, so each overwrites the previous one's excess; the last one's excess is
+      // overwritten by the zero padding below or by the next row (the buffers have the slack).
+      for (int p = 0; p < win.kernel_h; ++p) std::memcpy(o + p * run, src + int64_t(p) * wp * in.channels, kIm2colSlack);
+    } else {
+      for (int p = 0; p < win.kernel_h; ++p) std::memcpy(o + p * run, src + int64_t(p) * wp * in.channels, size_t(run));
     }
     std::memset(o + k, 128, size_t(kp - k));
   }
 }
 
 void requantize_rows(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,
-                     const double* bias, bool relu, float* y) {
+                     const double* bias, Act act, float* y) {
   for (int r = 0; r < rows; ++r) {
     const int32_t* cr = c + int64_t(r) * ldc;
     float* yr = y + int64_t(r) * n;
     for (int o = 0; o < n; ++o) yr[o] = float(double(cr[o] - offset[o]) * scale[o] + bias[o]);
-    if (relu)
+    if (act == Act::Relu)
       for (int o = 0; o < n; ++o) yr[o] = yr[o] > 0.0f ? yr[o] : 0.0f;
+    else if (act == Act::Tanh)
+      for (int o = 0; o < n; ++o) yr[o] = rational_tanh(yr[o]);
   }
 }
 
@@ -122,7 +129,7 @@ void relu(const float* x, int64_t n, float* y) {
 }
 
 void tanh(const float* x, int64_t n, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = float(std::tanh(double(x[i])));
+  for (int64_t i = 0; i < n; ++i) y[i] = rational_tanh(x[i]);
 }
 
 void sigmoid(const float* x, int64_t n, float* y) {
