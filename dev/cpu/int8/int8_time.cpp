@@ -1,6 +1,6 @@
 // Thread-CPU-time benchmark of the cpu backend's int8 path against its fp32 path, one thread: robust
 // on a shared machine where wall time includes other processes' time slices. Prints, per batch,
-// images per CPU-second (best of 5 repetitions of 0.2 s) at fp32 and int8, and their ratio.
+// images per CPU-second (median of 7 timings of about 0.2 s) at fp32 and int8, and their ratio.
 //   dev/cpu/int8/build.sh && /tmp/int8_time CALIBRATED_MODEL.json [batches=1,64,1024] [kernels=best|avx2|portable]
 #include <time.h>
 
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
-#include <sstream>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -18,36 +18,34 @@
 
 using namespace engine;
 
-static double thread_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
+// Images per thread-CPU-second: the median of 7 timings of as many calls as take about 0.2 s.
 static double images_per_second(Executable& exe, const void* input, int n, std::vector<float*>& outputs) {
+  auto cpu_seconds = [] {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  };
+  double start = cpu_seconds();
   exe.run(input, n, outputs);
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    int calls = 0;
-    const double t0 = thread_seconds();
-    double t = t0;
-    while (t - t0 < 0.2) {
-      exe.run(input, n, outputs);
-      ++calls;
-      t = thread_seconds();
-    }
-    best = std::min(best, (t - t0) / calls);
+  const int calls = std::max(1, int(0.2 / std::max(1e-7, cpu_seconds() - start)));
+  std::vector<double> per_call;
+  for (int rep = 0; rep < 7; ++rep) {
+    start = cpu_seconds();
+    for (int c = 0; c < calls; ++c) exe.run(input, n, outputs);
+    per_call.push_back((cpu_seconds() - start) / calls);
   }
-  return n / best;
+  std::nth_element(per_call.begin(), per_call.begin() + 3, per_call.end());
+  return n / per_call[3];
 }
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
-  std::vector<int> batches{1, 64, 1024};
-  if (argc > 2) {
-    batches.clear();
-    std::stringstream ss(argv[2]);
-    for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoi(b));
+  std::vector<int> batches;  // "1,64,1024"
+  for (const char* list = argc > 2 ? argv[2] : "1,64,1024"; *list;) {
+    char* end = nullptr;
+    batches.push_back(int(std::strtol(list, &end, 10)));
+    list = *end == ',' ? end + 1 : end;
+    if (end == list && *list) return 2;  // not a number
   }
   cpu::CpuOptions options;
   if (argc > 3) options.kernels = *cpu::parse_kernels(argv[3]);

@@ -87,11 +87,12 @@ class Int8Executable : public Executable, public StagedExecution {
   void run(const void* input, int n, std::span<float* const> outputs) override;
   std::string plan_summary() const override { return summary_; }
   std::string execution_path() const override { return fmt::format("int8 products ({})", gemm_.name); }
+  // Staged execution (engine bench): synchronous on the host, outputs into buffers of max_batch.
   StagedExecution* staged_execution() override { return this; }
-  void stage_input(const void* input, int n) override;
-  void compute(int n) override;
+  void stage_input(const void* input, int /*n*/) override { staged_input_ = input; }  // run() checks n
+  void compute(int n) override { run(staged_input_, n, staged_pointers_); }
   void fetch_outputs(int /*n*/) override {}
-  const float* staged_output(size_t i) const override;
+  const float* staged_output(size_t i) const override { return staged_outputs_.at(i).data(); }
 
  private:
   struct Buffers {
@@ -278,6 +279,9 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     b.flat.assign(size_t(flat_floats_) * size_t(images_), 0.0f);
     b.inputs.assign(max_inputs, nullptr);
   }
+  for (size_t i = 0; i < graph_.outputs.size(); ++i)
+    staged_outputs_.emplace_back(size_t(graph_.output_elements(i)) * size_t(max_batch_));
+  for (auto& v : staged_outputs_) staged_pointers_.push_back(v.data());
   summary_ = fmt::format(
       "cpu int8: {} steps ({} conv2d/dense + relu/tanh fused), int8 products with int32 sums ({}), inputs of conv2d/dense "
       "quantized per tensor (calibrated ranges), weights per output channel, values NHWC in float; {} images per chunk, "
@@ -445,28 +449,6 @@ void Int8Executable::run(const void* input, int n, std::span<float* const> outpu
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int c = 0; c < chunks; ++c)
     run_chunk(input, c * images_, std::min(images_, n - c * images_), outputs, buffers_[size_t(omp_get_thread_num())]);
-}
-
-void Int8Executable::stage_input(const void* input, int n) {
-  if (n < 1 || n > max_batch_)
-    throw std::invalid_argument(fmt::format("cpu: batch of {} samples outside 1..{}", n, max_batch_));
-  if (!input) throw std::invalid_argument("cpu: no input");
-  if (staged_outputs_.empty()) {
-    for (size_t i = 0; i < graph_.outputs.size(); ++i)
-      staged_outputs_.emplace_back(size_t(graph_.output_elements(i)) * size_t(max_batch_));
-    for (auto& v : staged_outputs_) staged_pointers_.push_back(v.data());
-  }
-  staged_input_ = input;
-}
-
-void Int8Executable::compute(int n) {
-  if (!staged_input_) throw std::logic_error("cpu: compute() before stage_input()");
-  run(staged_input_, n, staged_pointers_);
-}
-
-const float* Int8Executable::staged_output(size_t i) const {
-  if (i >= staged_outputs_.size()) throw std::out_of_range("cpu: staged_output() before stage_input(), or no such output");
-  return staged_outputs_[i].data();
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/cpu/int8/int8_gemm.hpp"
+#include "engine/cpu/int8/int8_tiles.hpp"
 #include "engine/cpu/int8/int8_ops.hpp"
 
 namespace engine::cpu::int8 {
@@ -46,34 +47,21 @@ void tile(const uint8_t* a, int kp, const uint8_t* w, size_t block_bytes, int32_
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + size_t(r) * ldc + b * 8), acc[b][r]);
 }
 
-using Tile = void (*)(const uint8_t*, int, const uint8_t*, size_t, int32_t*, int);
-
-template <int NB>
-Tile tile_for(int rows) {
-  switch (rows) {
-    case 1: return tile<NB, 1>;
-    case 2: return tile<NB, 2>;
-    case 3: return tile<NB, 3>;
-    default: return tile<NB, 4>;
+template <int NB, int R>
+struct Kernel {
+  static void run(const uint8_t* a, int kp, const uint8_t* w, size_t block_bytes, int32_t* c, int ldc) {
+    tile<NB, R>(a, kp, w, block_bytes, c, ldc);
   }
-}
+};
 
 void gemm(const uint8_t* a, int m, int kp, const uint8_t* packed, int n, int32_t* c, int ldc) {
-  const int blocks = round_up(n, 8) / 8;
-  const size_t block_bytes = size_t(kp) * 8 * sizeof(int16_t);
-  for (int b = 0; b < blocks;) {
-    const int nb = blocks - b >= 2 ? 2 : 1;
-    for (int i = 0; i < m;) {
-      const int rows = m - i < 4 ? m - i : 4;
-      const uint8_t* ai = a + size_t(i) * kp;
-      const uint8_t* wb = packed + size_t(b) * block_bytes;
-      int32_t* ci = c + size_t(i) * ldc + b * 8;
-      if (nb == 2) tile_for<2>(rows)(ai, kp, wb, block_bytes, ci, ldc);
-      else tile_for<1>(rows)(ai, kp, wb, block_bytes, ci, ldc);
-      i += rows;
-    }
-    b += nb;
-  }
+  // Two blocks of eight channels by four rows: 8 of the 16 registers accumulate.
+  for_each_tile(a, m, kp, packed, round_up(n, 8) / 8, 8, size_t(kp) * 8 * sizeof(int16_t), c, ldc,
+                [](int blocks_left, int rows_left) {
+                  const int rows = rows_left < 4 ? rows_left : 4;
+                  if (blocks_left >= 2) return TileChoice{tile_for<Kernel, 2, 4>(rows), 2, rows};
+                  return TileChoice{tile_for<Kernel, 1, 4>(rows), 1, rows};
+                });
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/cpu/int8/int8_gemm.hpp"
+#include "engine/cpu/int8/int8_tiles.hpp"
 
 namespace engine::cpu::int8 {
 namespace {
@@ -46,48 +47,24 @@ void tile(const uint8_t* a, int kp, const uint8_t* w, size_t block_bytes, int32_
     for (int b = 0; b < NB; ++b) _mm512_storeu_si512(c + size_t(r) * ldc + b * 16, acc[b][r]);
 }
 
-using Tile = void (*)(const uint8_t*, int, const uint8_t*, size_t, int32_t*, int);
-
-// Rows per micro-tile by blocks per micro-tile: NB * R <= 24 accumulators.
-template <int NB>
-Tile tile_for(int rows) {
-  switch (rows) {
-    case 1: return tile<NB, 1>;
-    case 2: return tile<NB, 2>;
-    case 3: return tile<NB, 3>;
-    case 4: return tile<NB, 4>;
-    case 5: return tile<NB, 5>;
-    default: return tile<NB, 6>;
+template <int NB, int R>
+struct Kernel {
+  static void run(const uint8_t* a, int kp, const uint8_t* w, size_t block_bytes, int32_t* c, int ldc) {
+    tile<NB, R>(a, kp, w, block_bytes, c, ldc);
   }
-}
+};
 
 void gemm(const uint8_t* a, int m, int kp, const uint8_t* packed, int n, int32_t* c, int ldc) {
   const int blocks = round_up(n, 16) / 16;
-  const size_t block_bytes = size_t(kp) * 16;
-  for (int b = 0; b < blocks;) {
-    // Four blocks at a time where there are few rows (a dense layer's batch: weights dominate),
-    // else two.
-    const int nb = blocks - b >= 4 && m <= 3 ? 4 : blocks - b >= 2 ? 2 : 1;
-    const int max_rows = nb == 4 ? 3 : nb == 2 ? 6 : 12;
-    for (int i = 0; i < m;) {
-      int rows = m - i < max_rows ? m - i : max_rows;
-      if (nb == 1 && rows < 12 && rows > 6) rows = 6;  // tile<1, 12> only for whole twelves
-      const uint8_t* ai = a + size_t(i) * kp;
-      const uint8_t* wb = packed + size_t(b) * block_bytes;
-      int32_t* ci = c + size_t(i) * ldc + b * 16;
-      if (nb == 4) {
-        tile_for<4>(rows)(ai, kp, wb, block_bytes, ci, ldc);
-      } else if (nb == 2) {
-        tile_for<2>(rows)(ai, kp, wb, block_bytes, ci, ldc);
-      } else if (rows == 12) {
-        tile<1, 12>(ai, kp, wb, block_bytes, ci, ldc);
-      } else {
-        tile_for<1>(rows)(ai, kp, wb, block_bytes, ci, ldc);
-      }
-      i += rows;
-    }
-    b += nb;
-  }
+  // Accumulators NB * R <= 24 of the 32 registers: four blocks of three rows where there are few
+  // rows (a dense layer's batch: the weights dominate), else two blocks of six rows, or one block of
+  // twelve (then of up to six for the rest).
+  for_each_tile(a, m, kp, packed, blocks, 16, size_t(kp) * 16, c, ldc, [m](int blocks_left, int rows_left) {
+    if (blocks_left >= 4 && m <= 3) return TileChoice{tile_for<Kernel, 4, 3>(rows_left), 4, rows_left < 3 ? rows_left : 3};
+    if (blocks_left >= 2) return TileChoice{tile_for<Kernel, 2, 6>(rows_left), 2, rows_left < 6 ? rows_left : 6};
+    if (rows_left >= 12) return TileChoice{Kernel<1, 12>::run, 1, 12};
+    return TileChoice{tile_for<Kernel, 1, 6>(rows_left), 1, rows_left < 6 ? rows_left : 6};
+  });
 }
 
 // int8_ops.hpp's quantize, 16 at a time: vdivps, vminps (a NaN becomes 127, as there), vmaxps,
