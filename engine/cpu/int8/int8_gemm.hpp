@@ -16,7 +16,9 @@ inline constexpr int kKStep = 4;
 // Rows of c are written for columns [0, round_up(n, kColumnStep)): ldc must be at least that.
 inline constexpr int kColumnStep = 16;
 
-inline int round_up(int x, int step) { return (x + step - 1) / step * step; }
+// Static, as every inline function the -m-flagged files share: no copy built with -m flags can stand
+// in for another file's at link time.
+static inline int round_up(int x, int step) { return (x + step - 1) / step * step; }
 
 struct Int8Gemm {
   const char* name = "";

@@ -15,8 +15,9 @@ enum class Act { None, Relu, Tanh };
 
 // The fp32 kernels' rational tanh (engine/cpu/simd.hpp: Eigen's 13/6 minimax form, about 1 ulp)
 // with each multiply and add rounded (no FMA), so every instruction set's version of it gives the
-// same bits; a library tanh per element would cost more than LeNet's whole int8 c1.
-inline float rational_tanh(float v) {
+// same bits; a library tanh per element would cost more than LeNet's whole int8 c1. Static: a copy
+// per translation unit, so none built with -m flags can stand in for the portable one at link time.
+static inline float rational_tanh(float v) {
   float c = v > -7.90531110763549805f ? v : -7.90531110763549805f;
   c = c < 7.90531110763549805f ? c : 7.90531110763549805f;
   const float x2 = c * c;
