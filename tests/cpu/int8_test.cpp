@@ -216,7 +216,9 @@ TEST(Int8Cpu, EveryOpMatchesTheEmulation) {
                                          .pool("mp", OpType::MaxPool, "c", window(2, 2, 2, 2))
                                          .pool("ap", OpType::AvgPool, "c", window(3, 3, 2, 2, 1, 1, 1, 1), false)
                                          .pool("gap", OpType::AvgPool, "c", window(11, 9, 1, 1))
-                                         .outputs({"mp", "ap", "gap"}).build()),
+                                         .pool("ap2", OpType::AvgPool, "c", window(2, 2, 2, 2))
+                                         .pool("mp3", OpType::MaxPool, "c", window(3, 3, 2, 2, 0, 1, 0, 1))
+                                         .outputs({"mp", "ap", "gap", "ap2", "mp3"}).build()),
                             4 * 11 * 9, 40, "maxpool, avgpool, global average pool");
   expect_close_to_emulation(with_cal(ModelBuilder("mix", {3, 8, 8}).conv2d("a", "x", 3, 5, w3, 7)
                                          .conv2d("b", "x", 3, 7, w3, 8).scale_shift("s", "a", 5, 9)

@@ -84,15 +84,18 @@ Span window(int out, int stride, int pad, int kernel, int size) {
   return {start, std::max<int64_t>(0, -start), std::min<int64_t>(kernel, size - start)};
 }
 
+// Non-overlapping 2x2 windows inside the input (most models' pools): the general loops' order
+// without their window bounds.
+bool inner_2x2(const formats::Window2D& win, Hwc in, Hwc out) {
+  return win.kernel_h == 2 && win.kernel_w == 2 && win.stride_h == 2 && win.stride_w == 2 && win.pad_top == 0 &&
+         win.pad_left == 0 && 2 * out.height <= in.height && 2 * out.width <= in.width;
+}
+
 }  // namespace
 
 void maxpool(const float* x, Hwc in, const formats::Window2D& win, Hwc out, float* y) {
   const int c = in.channels;
-  if (win.kernel_h == 2 && win.kernel_w == 2 && win.stride_h == 2 && win.stride_w == 2 && win.pad_top == 0 &&
-      win.pad_left == 0 && 2 * out.height <= in.height && 2 * out.width <= in.width) {
-    // Non-overlapping 2x2 windows inside the input (most models' pools) without the general loop's
-    // window bounds: the same maxima in the same order (so the same bits, signed zeros and NaNs
-    // included).
+  if (inner_2x2(win, in, out)) {  // the same maxima in the same order: signed zeros and NaNs too
     const int64_t row = int64_t(in.width) * c, pair = 2 * int64_t(c);
     for (int i = 0; i < out.height; ++i) {
       const float* r0 = x + int64_t(2 * i) * row;
@@ -126,6 +129,21 @@ void maxpool(const float* x, Hwc in, const formats::Window2D& win, Hwc out, floa
 void avgpool(const float* x, Hwc in, const formats::Window2D& win, bool count_include_pad, Hwc out, float* y,
              double* sum) {
   const int c = in.channels;
+  if (inner_2x2(win, in, out)) {  // four taps inside: the divisor is 4 under either rule
+    const int64_t row = int64_t(in.width) * c, pair = 2 * int64_t(c);
+    for (int i = 0; i < out.height; ++i) {
+      const float* r0 = x + int64_t(2 * i) * row;
+      const float* r1 = r0 + row;
+      float* o = y + int64_t(i) * out.width * c;
+      for (int j = 0; j < out.width; ++j)
+        for (int k = 0; k < c; ++k) {
+          const int64_t a = j * pair + k, b = a + c;
+          const double s = (((0.0 + double(r0[a])) + double(r0[b])) + double(r1[a])) + double(r1[b]);
+          o[j * c + k] = float(s / 4.0);
+        }
+    }
+    return;
+  }
   for (int i = 0; i < out.height; ++i) {
     const Span rs = window(i, win.stride_h, win.pad_top, win.kernel_h, in.height);
     for (int j = 0; j < out.width; ++j) {
