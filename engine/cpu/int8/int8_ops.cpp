@@ -40,25 +40,41 @@ void quantize_padded(const float* x, Hwc in, const formats::Window2D& win, float
   std::memset(out + (int64_t(win.pad_top) + in.height) * row, 128, size_t(row) * (hp - win.pad_top - in.height));
 }
 
+namespace {
+
+// im2col's rows with window rows of at most Bytes bytes: one fixed-size copy each (a register's
+// load and store, no library call), in order, so each overwrites the previous one's excess; the
+// last one's excess is overwritten by the padding of k or by the next row (the buffers have
+// kIm2colSlack bytes of slack). Bytes 0: copies of exactly the run.
+template <int Bytes>
+void im2col_rows(const uint8_t* padded, int64_t row_bytes, int64_t pixel_bytes, int64_t stride_bytes, int kernel_h,
+                 int64_t run, int64_t k, int out_width, int first, int rows, int kp, uint8_t* out) {
+  int i = first / out_width, j = first % out_width;
+  for (int r = 0; r < rows; ++r) {
+    uint8_t* o = out + int64_t(r) * kp;
+    const uint8_t* src = padded + i * stride_bytes + j * pixel_bytes;
+    for (int p = 0; p < kernel_h; ++p) std::memcpy(o + p * run, src + p * row_bytes, Bytes > 0 ? size_t(Bytes) : size_t(run));
+    for (int64_t t = k; t < kp; ++t) o[t] = 128;  // at most 3 bytes
+    if (++j == out_width) j = 0, ++i;
+  }
+}
+
+}  // namespace
+
 void im2col(const uint8_t* padded, Hwc in, const formats::Window2D& win, int out_width, int first, int rows, int kp,
             uint8_t* out) {
-  const int wp = win.pad_left + in.width + win.pad_right;
+  const int64_t row_bytes = int64_t(win.pad_left + in.width + win.pad_right) * in.channels;
   const int64_t run = int64_t(win.kernel_w) * in.channels;  // one window row: kw taps of C channels
   const int64_t k = run * win.kernel_h;
-  for (int r = 0; r < rows; ++r) {
-    const int i = (first + r) / out_width, j = (first + r) % out_width;
-    uint8_t* o = out + int64_t(r) * kp;
-    const uint8_t* src = padded + (int64_t(i) * win.stride_h * wp + int64_t(j) * win.stride_w) * in.channels;
-    if (run <= kIm2colSlack) {
-      // Short window rows (few channels: LeNet's first layer has 5 bytes): one fixed 16-byte copy
-      // each, in order, so each overwrites the previous one's excess; the last one's excess is
-      // overwritten by the zero padding below or by the next row (the buffers have the slack).
-      for (int p = 0; p < win.kernel_h; ++p) std::memcpy(o + p * run, src + int64_t(p) * wp * in.channels, kIm2colSlack);
-    } else {
-      for (int p = 0; p < win.kernel_h; ++p) std::memcpy(o + p * run, src + int64_t(p) * wp * in.channels, size_t(run));
-    }
-    for (int64_t t = k; t < kp; ++t) o[t] = 128;  // at most 3 bytes: no library call
-  }
+  auto rows_with = [&](auto copy) {
+    copy(padded, row_bytes, int64_t(win.stride_w) * in.channels, row_bytes * win.stride_h, win.kernel_h, run, k,
+         out_width, first, rows, kp, out);
+  };
+  static_assert(kIm2colSlack >= 64);
+  if (run <= 16) rows_with(im2col_rows<16>);
+  else if (run <= 32) rows_with(im2col_rows<32>);
+  else if (run <= 64) rows_with(im2col_rows<64>);
+  else rows_with(im2col_rows<0>);
 }
 
 void requantize_rows(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,

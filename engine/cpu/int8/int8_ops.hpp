@@ -51,7 +51,7 @@ void quantize_padded(const float* x, Hwc in, const formats::Window2D& win, float
                      void (*quantize)(const float*, int64_t, float, uint8_t*));
 
 // Bytes that im2col may read past the padded image and write past its last row.
-inline constexpr int kIm2colSlack = 16;
+inline constexpr int kIm2colSlack = 64;
 
 // Rows [first, first + rows) of the im2col matrix of a padded quantized image: row (i, j) holds the
 // window's taps in (p, q, c) order, then zeros up to kp.
