@@ -107,24 +107,32 @@ bool inner_2x2(const formats::Window2D& win, Hwc in, Hwc out) {
          win.pad_left == 0 && 2 * out.height <= in.height && 2 * out.width <= in.width;
 }
 
+// y[i][j][k] = f(the window's four taps in (p, q) order) for each output of a non-overlapping 2x2 pool.
+template <class F>
+void each_2x2(const float* x, Hwc in, Hwc out, float* y, F f) {
+  const int c = in.channels;
+  const int64_t row = int64_t(in.width) * c, pair = 2 * int64_t(c);
+  for (int i = 0; i < out.height; ++i) {
+    const float* r0 = x + int64_t(2 * i) * row;
+    const float* r1 = r0 + row;
+    float* o = y + int64_t(i) * out.width * c;
+    for (int j = 0; j < out.width; ++j)
+      for (int k = 0; k < c; ++k) {
+        const int64_t a = j * pair + k, b = a + c;
+        o[j * c + k] = f(r0[a], r0[b], r1[a], r1[b]);
+      }
+  }
+}
+
 }  // namespace
 
 void maxpool(const float* x, Hwc in, const formats::Window2D& win, Hwc out, float* y) {
   const int c = in.channels;
   if (inner_2x2(win, in, out)) {  // the same maxima in the same order: signed zeros and NaNs too
-    const int64_t row = int64_t(in.width) * c, pair = 2 * int64_t(c);
-    for (int i = 0; i < out.height; ++i) {
-      const float* r0 = x + int64_t(2 * i) * row;
-      const float* r1 = r0 + row;
-      float* o = y + int64_t(i) * out.width * c;
-      for (int j = 0; j < out.width; ++j)
-        for (int k = 0; k < c; ++k) {
-          const int64_t a = j * pair + k, b = a + c;
-          float m = std::max(-std::numeric_limits<float>::infinity(), r0[a]);
-          m = std::max(std::max(std::max(m, r0[b]), r1[a]), r1[b]);
-          o[j * c + k] = m;
-        }
-    }
+    each_2x2(x, in, out, y, [](float a, float b, float c2, float d) {
+      const float m = std::max(-std::numeric_limits<float>::infinity(), a);
+      return std::max(std::max(std::max(m, b), c2), d);
+    });
     return;
   }
   for (int i = 0; i < out.height; ++i) {
@@ -146,18 +154,9 @@ void avgpool(const float* x, Hwc in, const formats::Window2D& win, bool count_in
              double* sum) {
   const int c = in.channels;
   if (inner_2x2(win, in, out)) {  // four taps inside: the divisor is 4 under either rule
-    const int64_t row = int64_t(in.width) * c, pair = 2 * int64_t(c);
-    for (int i = 0; i < out.height; ++i) {
-      const float* r0 = x + int64_t(2 * i) * row;
-      const float* r1 = r0 + row;
-      float* o = y + int64_t(i) * out.width * c;
-      for (int j = 0; j < out.width; ++j)
-        for (int k = 0; k < c; ++k) {
-          const int64_t a = j * pair + k, b = a + c;
-          const double s = (((0.0 + double(r0[a])) + double(r0[b])) + double(r1[a])) + double(r1[b]);
-          o[j * c + k] = float(s / 4.0);
-        }
-    }
+    each_2x2(x, in, out, y, [](float a, float b, float c2, float d) {
+      return float(((((0.0 + double(a)) + double(b)) + double(c2)) + double(d)) / 4.0);
+    });
     return;
   }
   for (int i = 0; i < out.height; ++i) {
