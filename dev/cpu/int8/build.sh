@@ -1,0 +1,8 @@
+#!/bin/sh
+# Builds dev/cpu/int8/int8_time.cpp against build/'s static libraries into /tmp/int8_time.
+set -e
+cd "$(dirname "$0")/../../.."
+B=build
+c++ -O2 -std=c++20 -I. -I$B/generated dev/cpu/int8/int8_time.cpp -o /tmp/int8_time \
+  $B/engine-build/cpu/libengine_backend_cpu.a $B/engine-build/libengine_core.a $B/formats/libformats.a \
+  -lfmt -lspdlog -lgomp -lpthread -lcrypto -lpng -ljpeg -lz
