@@ -58,7 +58,7 @@ struct Avx512 {
   // Stores the first n lanes (0 <= n <= W); nothing past them is touched.
   static void store_first(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask((1u << n) - 1u), v); }
   // r[i][k] becomes r[k][i]: pairs within 128-bit lanes, then pairs of pairs, then the lanes.
-  static void transpose(V (&r)[W]) {
+  [[gnu::always_inline]] static void transpose(V (&r)[W]) {
     V t[W];
     for (int i = 0; i < W; i += 2) {
       t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
