@@ -55,6 +55,35 @@ struct Avx512 {
     const __m512i i = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(i, 23));
   }
+  // Stores the first n lanes (0 <= n <= W); nothing past them is touched.
+  static void store_first(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask((1u << n) - 1u), v); }
+  // r[i][k] becomes r[k][i]: pairs within 128-bit lanes, then pairs of pairs, then the lanes.
+  [[gnu::always_inline]] static void transpose(V (&r)[W]) {
+    V t[W];
+    for (int i = 0; i < W; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < W; i += 4) {
+      const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+      const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+      r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int h = 0; h < W; h += 8)
+      for (int c = 0; c < 4; ++c) {
+        t[h + c] = _mm512_shuffle_f32x4(r[h + c], r[h + 4 + c], 0x88);
+        t[h + 4 + c] = _mm512_shuffle_f32x4(r[h + c], r[h + 4 + c], 0xdd);
+      }
+    for (int c = 0; c < 4; ++c) {
+      r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+      r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
+      r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+      r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
+    }
+  }
 };
 #endif
 

@@ -74,6 +74,9 @@ TEST(CpuConvPaths, ChannelsByRowsFlatAndRowsAgree) {
       {5, 17, 17, 33, window(5, 5, 1, 1, 2, 2, 2, 2)},    // 5x5 'same', 33 channels
       {16, 16, 16, 32, window(3, 3, 2, 2, 1, 1, 1, 1)},   // stride 2
       {1, 28, 28, 6, window(5, 5, 1, 1)},                 // few channels: along rows
+      {4, 20, 20, 16, window(3, 3, 1, 1, 1, 1, 1, 1)},    // one vector of channels, 20 positions
+      {3, 22, 22, 13, window(3, 3, 1, 1)},                // 13 channels, 20 positions
+      {7, 9, 30, 5, window(3, 3, 1, 1, 1, 1, 1, 1)},      // 5 channels, rows of 15 + 15
   };
   uint32_t seed = 7000;
   for (const auto& c : cases) {
