@@ -659,11 +659,12 @@ struct K {
   // reference (no FMA: this file is built with -ffp-contract=off), so the bits are the same.
   static void preprocess(const Preprocess& p, const uint8_t* raw, float* out) {
     const int64_t oh = int64_t(p.height) + p.pad_top + p.pad_bottom, ow = int64_t(p.width) + p.pad_left + p.pad_right;
+    // Without left/right padding the image rows are contiguous in the output too: one run per plane.
+    const bool flat = p.pad_left == 0 && p.pad_right == 0;
     for (int64_t c = 0; c < p.channels; ++c) {
       float* plane = out + c * oh * ow;
       const uint8_t* src = raw + c * int64_t(p.height) * p.width;
-      const float mean = p.mean[c], sd = p.std[c];
-      const V vs = S::set1(p.scale), vm = S::set1(mean), vd = S::set1(sd);
+      const V vs = S::set1(p.scale), vm = S::set1(p.mean[c]), vd = S::set1(p.std[c]);
       for (int64_t y = 0; y < oh; ++y) {
         float* row = plane + y * ow;
         const int64_t sy = y - p.pad_top;
@@ -671,18 +672,24 @@ struct K {
           for (int64_t x = 0; x < ow; ++x) row[x] = p.pad_value;
           continue;
         }
+        if (flat) {
+          if (sy == 0) normalise(src, row, int64_t(p.height) * p.width, vs, vm, vd);
+          continue;
+        }
         for (int64_t x = 0; x < p.pad_left; ++x) row[x] = p.pad_value;
         for (int64_t x = p.pad_left + p.width; x < ow; ++x) row[x] = p.pad_value;
-        const uint8_t* s_row = src + sy * p.width;
-        float* d_row = row + p.pad_left;
-        int64_t x = 0;
-        for (; x + W <= p.width; x += W) S::store(d_row + x, S::div(S::sub(S::mul(S::load_u8(s_row + x), vs), vm), vd));
-        for (; x < p.width; ++x) {
-          const float scaled = float(s_row[x]) * p.scale;
-          const float centred = scaled - mean;
-          d_row[x] = centred / sd;
-        }
+        normalise(src + sy * p.width, row + p.pad_left, p.width, vs, vm, vd);
       }
+    }
+  }
+  // n pixels, whole vectors and then the tail through a zero-padded W-byte buffer (same operations).
+  static void normalise(const uint8_t* src, float* dst, int64_t n, V vs, V vm, V vd) {
+    int64_t x = 0;
+    for (; x + W <= n; x += W) S::store(dst + x, S::div(S::sub(S::mul(S::load_u8(src + x), vs), vm), vd));
+    if (x < n) {
+      uint8_t tail[W < 16 ? 16 : W] = {};
+      std::memcpy(tail, src + x, size_t(n - x));
+      store_part(dst + x, S::div(S::sub(S::mul(S::load_u8(tail), vs), vm), vd), int(n - x));
     }
   }
 
