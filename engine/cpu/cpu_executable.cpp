@@ -300,7 +300,8 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   single_stride_ = round_up(per_sample + kSlackFloats, 16);
   const int64_t single = single_stride_ * group_;
   const int64_t scratch = round_up(scratch_floats + kSlackFloats, 16);
-  const int64_t per_thread = tile + single + scratch;
+  const int64_t stage = images_ ? 0 : round_up(graph_.values[graph_.input].elements * lanes, 16);
+  const int64_t per_thread = tile + single + scratch + stage;
   const double bytes = double(per_thread) * double(threads_) * sizeof(float);
   const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
   // Linux overcommits: refuse, with a clear message, anything over half of the physical memory.
@@ -316,7 +317,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   std::fill(buffers_.get(), buffers_.get() + total, std::numeric_limits<float>::quiet_NaN());
   for (int t = 0; t < threads_; ++t) {
     float* base = buffers_.get() + size_t(t) * size_t(per_thread);
-    per_thread_.push_back(ThreadBuffers{base, base + tile, base + tile + single});
+    per_thread_.push_back(ThreadBuffers{base, base + tile, base + tile + single, base + tile + single + scratch});
   }
   pool_ = std::make_unique<TilePool>(threads_ - 1);
   // Below this many images a partial tile costs more than the single-image path: a tile takes
@@ -369,15 +370,18 @@ void CpuExecutable::run_tile(const void* input, int first, int count, std::span<
   const int64_t L = kernels_.lanes;
   const Value& in = graph_.values[graph_.input];
   float* x = b.tile + input_offset_ * L;
+  // Each image to its own row of the staging buffer, then all of them to the lanes in register
+  // transposes (a store per lane straight from each image touched a cache line per element).
+  const int64_t E = in.elements;
   for (int i = 0; i < L; ++i) {
     // Lanes past the batch hold zeros: computed, never read back.
-    float* one = b.single;  // the single-image arena as a staging buffer for one input
+    float* row = b.stage + i * E;
     if (i < count)
-      load_input(input, first + i, one);
+      load_input(input, first + i, row);
     else
-      std::fill(one, one + in.elements, 0.0f);
-    for (int64_t e = 0; e < in.elements; ++e) x[e * L + i] = one[e];
+      std::fill(row, row + E, 0.0f);
   }
+  kernels_.to_lanes(b.stage, E, x);
   kernels_.run_tile(program_, b.tile, b.scratch);
   for (size_t o = 0; o < outputs.size(); ++o) {
     const float* v = b.tile + output_offsets_[o] * L;

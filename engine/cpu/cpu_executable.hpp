@@ -47,6 +47,7 @@ class CpuExecutable : public Executable, public StagedExecution {
     float* tile = nullptr;    // arena_floats * lanes (+ slack)
     float* single = nullptr;  // group_ arenas of single_stride_ floats (arena_floats + slack)
     float* scratch = nullptr;  // padded conv inputs
+    float* stage = nullptr;    // a tile's inputs, one image per row, before they go to the lanes
   };
 
   void run_tile(const void* input, int first, int count, std::span<float* const> outputs, const ThreadBuffers& b) const;

@@ -693,6 +693,20 @@ struct K {
     }
   }
 
+  // W rows of `elements` floats (one image each) to the tile layout [elements][W]: W x W blocks
+  // transposed in registers, the last elements one by one.
+  static void to_lanes(const float* rows, int64_t elements, float* tile) {
+    int64_t e = 0;
+    for (; e + W <= elements; e += W) {
+      V r[W];
+      for (int i = 0; i < W; ++i) r[i] = S::load(rows + i * elements + e);
+      S::transpose(r);
+      for (int j = 0; j < W; ++j) S::store(tile + (e + j) * W, r[j]);
+    }
+    for (; e < elements; ++e)
+      for (int i = 0; i < W; ++i) tile[e * W + i] = rows[i * elements + e];
+  }
+
   // ---- whole network ------------------------------------------------------------------------
 
   static void run_tile(const Program& prog, float* arena, float* scratch) {

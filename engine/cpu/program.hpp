@@ -75,6 +75,8 @@ struct KernelSet {
   void (*run_group)(const Program& program, float* arenas, int64_t stride, int count, float* scratch) = nullptr;
   // One image's raw pixels to its preprocessed [C, H', W'] floats (bitwise the reference's values).
   void (*preprocess)(const Preprocess& p, const uint8_t* raw, float* out) = nullptr;
+  // `lanes` images of `elements` floats each, one after the other, to the tile layout [elements][lanes].
+  void (*to_lanes)(const float* rows, int64_t elements, float* tile) = nullptr;
 };
 
 const KernelSet* kernels_avx512();

@@ -55,6 +55,31 @@ struct Avx512 {
     const __m512i i = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(i, 23));
   }
+  // r[i][j] -> r[j][i] for a W x W block: 4 x 4 transposes inside each 128-bit lane (unpack ps,
+  // then pd), then the 4 x 4 transpose of the lanes themselves (two rounds of shuffle_f32x4).
+  static void transpose(V* r) {
+    V t[16], u[16];
+    for (int k = 0; k < 8; ++k) {
+      t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+      t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    auto lo = [](V a, V b) { return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+    auto hi = [](V a, V b) { return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+    for (int g = 0; g < 4; ++g) {  // u[4g + j], lane L: column 4L + j of rows 4g..4g+3
+      u[4 * g] = lo(t[4 * g], t[4 * g + 2]);
+      u[4 * g + 1] = hi(t[4 * g], t[4 * g + 2]);
+      u[4 * g + 2] = lo(t[4 * g + 1], t[4 * g + 3]);
+      u[4 * g + 3] = hi(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      const V p = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44), q = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+      const V a = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44), b = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+      r[j] = _mm512_shuffle_f32x4(p, a, 0x88);
+      r[4 + j] = _mm512_shuffle_f32x4(p, a, 0xDD);
+      r[8 + j] = _mm512_shuffle_f32x4(q, b, 0x88);
+      r[12 + j] = _mm512_shuffle_f32x4(q, b, 0xDD);
+    }
+  }
 };
 #endif
 
@@ -95,6 +120,24 @@ struct Avx2 {
   static V pow2(V n) {
     const __m256i i = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(i, 23));
+  }
+  // r[i][j] -> r[j][i] for a W x W block: 4 x 4 inside each 128-bit lane, then the lanes swapped.
+  static void transpose(V* r) {
+    V t[8], u[8];
+    for (int k = 0; k < 4; ++k) {
+      t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+      t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {
+      u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+      u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+      u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+      u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; ++j) {
+      r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+      r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
   }
 };
 #endif
@@ -138,6 +181,7 @@ struct Sse2 {
     const __m128i i = _mm_add_epi32(_mm_cvtps_epi32(n), _mm_set1_epi32(127));
     return _mm_castsi128_ps(_mm_slli_epi32(i, 23));
   }
+  static void transpose(V* r) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 };
 #endif
 
