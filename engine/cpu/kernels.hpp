@@ -446,6 +446,13 @@ struct K {
   // Tile path: UP units of a block at a time (as many accumulators as the registers allow) for W
   // images; each weight is broadcast once per tile.
   static constexpr int UP = S::kAccumulators >= kUnitBlock ? kUnitBlock : 8;
+  // Unit u's weight for k = 0 in the packed panels (program.hpp); `stride` floats per k.
+  static const float* panel_column(const KStep& s, int u, int64_t& stride) {
+    const int64_t first = int64_t(u) / kPanelUnits * kPanelUnits;
+    const int64_t padded = (int64_t(s.units) + kUnitBlock - 1) / kUnitBlock * kUnitBlock;
+    stride = padded - first < kPanelUnits ? padded - first : kPanelUnits;
+    return s.weight + first * s.elements + (u - first);
+  }
   static void dense_tile(const KStep& s, float* arena) {
     const float* x = arena + s.in0 * W;
     float* y = arena + s.out * W;
@@ -456,10 +463,11 @@ struct K {
         V acc[UP];
         const float* bias = s.bias + int64_t(b) * kUnitBlock + h;
         for (int u = 0; u < UP; ++u) acc[u] = S::bcast(bias + u);
-        const float* w = s.weight + int64_t(b) * k * kUnitBlock + h;
+        int64_t ws;
+        const float* w = panel_column(s, b * kUnitBlock + h, ws);
         for (int64_t i = 0; i < k; ++i) {
           const V xv = S::load(x + i * W);
-          const float* wi = w + i * kUnitBlock;
+          const float* wi = w + i * ws;
           for (int u = 0; u < UP; ++u) acc[u] = S::fma(S::bcast(wi + u), xv, acc[u]);
         }
         const int first = b * kUnitBlock + h;
@@ -468,20 +476,25 @@ struct K {
       }
   }
 
-  // Single-image path: RB blocks of kUnitBlock units at once (NV vectors each), x broadcast.
+  // Single-image path (a matrix-vector product, bound by the weights' bandwidth): RB blocks of
+  // kUnitBlock units at once (NV vectors each), x broadcast. The RB blocks lie in one panel (RB *
+  // kUnitBlock divides kPanelUnits and b0 is a multiple of RB, or RB is 1), so each k reads them
+  // as one contiguous run.
   static constexpr int NV = kUnitBlock / W;
   template <int RB>
   static void dense_single_blocks(const KStep& s, const float* x, float* y, int b0) {
+    static_assert(kPanelUnits % (RB * kUnitBlock) == 0);
     const int64_t k = s.elements;
+    int64_t ws;
+    const float* w0 = panel_column(s, b0 * kUnitBlock, ws);
     V acc[RB][NV];
     for (int r = 0; r < RB; ++r)
       for (int v = 0; v < NV; ++v) acc[r][v] = S::load(s.bias + int64_t(b0 + r) * kUnitBlock + v * W);
     for (int64_t i = 0; i < k; ++i) {
       const V xb = S::bcast(x + i);
-      for (int r = 0; r < RB; ++r) {
-        const float* w = s.weight + (int64_t(b0 + r) * k + i) * kUnitBlock;
-        for (int v = 0; v < NV; ++v) acc[r][v] = S::fma(S::load(w + v * W), xb, acc[r][v]);
-      }
+      const float* w = w0 + i * ws;
+      for (int r = 0; r < RB; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::fma(S::load(w + r * kUnitBlock + v * W), xb, acc[r][v]);
     }
     for (int r = 0; r < RB; ++r)
       for (int v = 0; v < NV; ++v) {
@@ -515,14 +528,14 @@ struct K {
   static void dense_group_block(const KStep& s, float* arena, int64_t stride, int g0, int u0, int64_t i0,
                                 int64_t i1) {
     const int64_t k = s.elements;
-    // NB vectors of W units from u0 on; unit block b = u / kUnitBlock holds per_block of them.
+    // NB vectors of W units from u0 on (a vector past the last unit reads u0's weights, unused).
     const float* wv[NB];
+    int64_t ws[NB];
     bool real[NB];
     for (int v = 0; v < NB; ++v) {
       const int u = u0 + v * W;
       real[v] = u < s.units;
-      const int b = real[v] ? u / kUnitBlock : u0 / kUnitBlock;
-      wv[v] = s.weight + int64_t(b) * k * kUnitBlock + (real[v] ? u % kUnitBlock : 0);
+      wv[v] = panel_column(s, real[v] ? u : u0, ws[v]);
     }
     V acc[R][NB];
     const float* x[R];
@@ -536,7 +549,7 @@ struct K {
     }
     for (int64_t i = i0; i < i1; ++i) {
       V w[NB];
-      for (int v = 0; v < NB; ++v) w[v] = S::load(wv[v] + i * kUnitBlock);
+      for (int v = 0; v < NB; ++v) w[v] = S::load(wv[v] + i * ws[v]);
       for (int r = 0; r < R; ++r) {
         const V xb = S::bcast(x[r] + i);
         for (int v = 0; v < NB; ++v) acc[r][v] = S::fma(w[v], xb, acc[r][v]);

@@ -11,10 +11,13 @@ namespace engine::cpu {
 enum class KOp : int { Conv, AvgPool, MaxPool, Act, Dense, Softmax, Add, ScaleShift, Copy };
 enum class KAct : int { None, Relu, Tanh, Sigmoid };
 
-// Dense weights are packed at compile time in blocks of kUnitBlock output units, k-major inside a
-// block: packed[(b * k + i) * kUnitBlock + j] = weight[b * kUnitBlock + j][i], zero past the last
-// unit; the bias is zero-padded the same way. Both kernel layouts read them contiguously.
+// Dense weights are packed at compile time in panels of kPanelUnits output units (the last panel
+// the remaining units rounded up to kUnitBlock, zero past the last unit), k-major inside a panel:
+// unit u of panel p = u / kPanelUnits, width wp, is at packed[p * kPanelUnits * k + i * wp +
+// u % kPanelUnits]. The bias is zero-padded to whole blocks. A matrix-vector product then reads one
+// contiguous stream (a panel row per k), and every kernel reads whole blocks of kUnitBlock units.
 inline constexpr int kUnitBlock = 16;
+inline constexpr int kPanelUnits = 128;
 
 struct KStep {
   KOp op = KOp::Act;
