@@ -324,6 +324,10 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   // Below this many images a partial tile costs more than the single-image path: a tile takes
   // about as long as half its width in single images (the cpu backend's design, docs/design/).
   min_tile_images_ = std::max(2, lanes / 2);
+  for (const KStep& s : steps_) {
+    if (s.op == KOp::Conv) macs_per_image_ += int64_t(s.c_out) * s.h_out * s.w_out * s.c_in * s.kh * s.kw;
+    if (s.op == KOp::Dense) macs_per_image_ += int64_t(s.units) * s.elements;
+  }
 
   const std::string schedule_text =
       images_ ? fmt::format("one image at a time, dense layers for groups of up to {} images ({} KiB L2)", group_,
@@ -404,6 +408,13 @@ void CpuExecutable::run_images(const void* input, int first, int count, std::spa
                   b.single + i * single_stride_ + output_offsets_[o], size_t(output_elements_[o]) * sizeof(float));
 }
 
+int CpuExecutable::threads_for(int n) const {
+  // --threads is a cap: a helper thread only for work that pays for waking it (a futex wake-up and
+  // a cold cache cost microseconds; kMinMacsPerThread multiply-adds are 5-15 us of one core).
+  const int64_t useful = std::max<int64_t>(1, macs_per_image_ * n / kMinMacsPerThread);
+  return int(std::min<int64_t>({int64_t(threads_), int64_t(n), useful}));
+}
+
 void CpuExecutable::run(const void* input, int n, std::span<float* const> outputs) {
   if (n < 1 || n > max_batch_)
     throw std::invalid_argument(fmt::format("cpu: batch of {} samples outside 1..{}", n, max_batch_));
@@ -414,7 +425,7 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
   if (images_) {
     // Groups as large as the buffers allow but no fewer than the threads (every group gives the same
     // bits: kernels.hpp, run_group).
-    const int threads = std::min(threads_, n);
+    const int threads = threads_for(n);
     const int group = std::min(group_, (n + threads - 1) / threads);
     struct Job {
       const CpuExecutable* self;
@@ -423,7 +434,7 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
       std::span<float* const> outputs;
     } job{this, input, n, group, outputs};
     const int items = (n + group - 1) / group;
-    pool_->run(items, std::min(threads_, items), [](void* context, int item, int thread) {
+    pool_->run(items, std::min(threads, items), [](void* context, int item, int thread) {
       const Job& j = *static_cast<const Job*>(context);
       const int first = item * j.group;
       j.self->run_images(j.input, first, std::min(j.group, j.n - first), j.outputs, j.self->per_thread_[size_t(thread)]);
@@ -444,7 +455,7 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
   } job{this, input, n, tiles, lanes, outputs};
   // Whole tiles/images handed out one at a time (tile_pool.hpp); each is computed by one thread,
   // start to end, so which thread takes which changes nothing in the results.
-  pool_->run(items, std::min(threads_, items), [](void* context, int item, int thread) {
+  pool_->run(items, std::min(threads_for(n), items), [](void* context, int item, int thread) {
     const Job& j = *static_cast<const Job*>(context);
     const ThreadBuffers& b = j.self->per_thread_[size_t(thread)];
     if (item < j.tiles) {
