@@ -183,17 +183,23 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
         if (!node.weight) throw std::invalid_argument(fmt::format("cpu: node '{}' has no weight", node.name));
         s.op = KOp::Dense;
         s.units = node.units;
-        // Panels of kPanelUnits units, k-major (program.hpp).
+        // Blocks and panels, both k-major (program.hpp).
         const int64_t k = in.elements, padded = round_up(node.units, kUnitBlock);
-        std::vector<float> w(size_t(padded * k), 0.0f), b(size_t(padded), 0.0f);
+        std::vector<float> w(size_t(padded * k), 0.0f), t(size_t(padded * k), 0.0f), b(size_t(padded), 0.0f);
         const float* src = node.weight->values.data();
         for (int64_t u = 0; u < node.units; ++u) {
+          const int64_t blk = u / kUnitBlock, j = u % kUnitBlock;
           const int64_t first = u / kPanelUnits * kPanelUnits, width = std::min<int64_t>(kPanelUnits, padded - first);
-          for (int64_t i = 0; i < k; ++i) w[size_t(first * k + i * width + (u - first))] = src[u * k + i];
+          for (int64_t i = 0; i < k; ++i) {
+            w[size_t((blk * k + i) * kUnitBlock + j)] = src[u * k + i];
+            t[size_t(first * k + i * width + (u - first))] = src[u * k + i];
+          }
           if (node.bias) b[size_t(u)] = node.bias->values[size_t(u)];
         }
         packed_.push_back(std::move(w));
         s.weight = packed_.back().data();
+        packed_.push_back(std::move(t));
+        s.weight_t = packed_.back().data();
         packed_.push_back(std::move(b));
         s.bias = packed_.back().data();
         break;

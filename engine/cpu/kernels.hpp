@@ -446,13 +446,6 @@ struct K {
   // Tile path: UP units of a block at a time (as many accumulators as the registers allow) for W
   // images; each weight is broadcast once per tile.
   static constexpr int UP = S::kAccumulators >= kUnitBlock ? kUnitBlock : 8;
-  // Unit u's weight for k = 0 in the packed panels (program.hpp); `stride` floats per k.
-  static const float* panel_column(const KStep& s, int u, int64_t& stride) {
-    const int64_t first = int64_t(u) / kPanelUnits * kPanelUnits;
-    const int64_t padded = (int64_t(s.units) + kUnitBlock - 1) / kUnitBlock * kUnitBlock;
-    stride = padded - first < kPanelUnits ? padded - first : kPanelUnits;
-    return s.weight + first * s.elements + (u - first);
-  }
   static void dense_tile(const KStep& s, float* arena) {
     const float* x = arena + s.in0 * W;
     float* y = arena + s.out * W;
@@ -463,11 +456,10 @@ struct K {
         V acc[UP];
         const float* bias = s.bias + int64_t(b) * kUnitBlock + h;
         for (int u = 0; u < UP; ++u) acc[u] = S::bcast(bias + u);
-        int64_t ws;
-        const float* w = panel_column(s, b * kUnitBlock + h, ws);
+        const float* w = s.weight + int64_t(b) * k * kUnitBlock + h;
         for (int64_t i = 0; i < k; ++i) {
           const V xv = S::load(x + i * W);
-          const float* wi = w + i * ws;
+          const float* wi = w + i * kUnitBlock;
           for (int u = 0; u < UP; ++u) acc[u] = S::fma(S::bcast(wi + u), xv, acc[u]);
         }
         const int first = b * kUnitBlock + h;
@@ -476,17 +468,19 @@ struct K {
       }
   }
 
-  // Single-image path (a matrix-vector product, bound by the weights' bandwidth): RB blocks of
-  // kUnitBlock units at once (NV vectors each), x broadcast. The RB blocks lie in one panel (RB *
-  // kUnitBlock divides kPanelUnits and b0 is a multiple of RB, or RB is 1), so each k reads them
-  // as one contiguous run.
+  // Single-image path, a matrix-vector product bound by the weights' bandwidth: RB blocks of
+  // kUnitBlock units at once (NV vectors each), x broadcast, the weights read from the panel copy
+  // (program.hpp). The RB blocks lie in one panel (RB * kUnitBlock divides kPanelUnits and b0 is a
+  // multiple of RB, or RB is 1), so each k reads them as one contiguous run of a single stream.
   static constexpr int NV = kUnitBlock / W;
   template <int RB>
   static void dense_single_blocks(const KStep& s, const float* x, float* y, int b0) {
     static_assert(kPanelUnits % (RB * kUnitBlock) == 0);
     const int64_t k = s.elements;
-    int64_t ws;
-    const float* w0 = panel_column(s, b0 * kUnitBlock, ws);
+    const int64_t first = int64_t(b0) * kUnitBlock / kPanelUnits * kPanelUnits;
+    const int64_t padded = (int64_t(s.units) + kUnitBlock - 1) / kUnitBlock * kUnitBlock;
+    const int64_t ws = padded - first < kPanelUnits ? padded - first : kPanelUnits;  // floats per k
+    const float* w0 = s.weight_t + first * k + (int64_t(b0) * kUnitBlock - first);
     V acc[RB][NV];
     for (int r = 0; r < RB; ++r)
       for (int v = 0; v < NV; ++v) acc[r][v] = S::load(s.bias + int64_t(b0 + r) * kUnitBlock + v * W);
@@ -528,14 +522,14 @@ struct K {
   static void dense_group_block(const KStep& s, float* arena, int64_t stride, int g0, int u0, int64_t i0,
                                 int64_t i1) {
     const int64_t k = s.elements;
-    // NB vectors of W units from u0 on (a vector past the last unit reads u0's weights, unused).
+    // NB vectors of W units from u0 on; unit block b = u / kUnitBlock holds per_block of them.
     const float* wv[NB];
-    int64_t ws[NB];
     bool real[NB];
     for (int v = 0; v < NB; ++v) {
       const int u = u0 + v * W;
       real[v] = u < s.units;
-      wv[v] = panel_column(s, real[v] ? u : u0, ws[v]);
+      const int b = real[v] ? u / kUnitBlock : u0 / kUnitBlock;
+      wv[v] = s.weight + int64_t(b) * k * kUnitBlock + (real[v] ? u % kUnitBlock : 0);
     }
     V acc[R][NB];
     const float* x[R];
@@ -549,7 +543,7 @@ struct K {
     }
     for (int64_t i = i0; i < i1; ++i) {
       V w[NB];
-      for (int v = 0; v < NB; ++v) w[v] = S::load(wv[v] + i * ws[v]);
+      for (int v = 0; v < NB; ++v) w[v] = S::load(wv[v] + i * kUnitBlock);
       for (int r = 0; r < R; ++r) {
         const V xb = S::bcast(x[r] + i);
         for (int v = 0; v < NB; ++v) acc[r][v] = S::fma(w[v], xb, acc[r][v]);

@@ -11,11 +11,13 @@ namespace engine::cpu {
 enum class KOp : int { Conv, AvgPool, MaxPool, Act, Dense, Softmax, Add, ScaleShift, Copy };
 enum class KAct : int { None, Relu, Tanh, Sigmoid };
 
-// Dense weights are packed at compile time in panels of kPanelUnits output units (the last panel
-// the remaining units rounded up to kUnitBlock, zero past the last unit), k-major inside a panel:
-// unit u of panel p = u / kPanelUnits, width wp, is at packed[p * kPanelUnits * k + i * wp +
-// u % kPanelUnits]. The bias is zero-padded to whole blocks. A matrix-vector product then reads one
-// contiguous stream (a panel row per k), and every kernel reads whole blocks of kUnitBlock units.
+// Dense weights are packed at compile time twice. `weight`: blocks of kUnitBlock output units,
+// k-major inside a block, packed[(b * k + i) * kUnitBlock + j] = weight[b * kUnitBlock + j][i]
+// (the tile and group kernels stream one block at a time). `weight_t`: panels of kPanelUnits units
+// (the last one the remaining units rounded up to kUnitBlock), k-major inside a panel: unit u of
+// panel p = u / kPanelUnits, width wp, at packed[p * kPanelUnits * k + i * wp + u % kPanelUnits]
+// (the single-image matrix-vector product reads one contiguous stream). Both zero past the last
+// unit; the bias is zero-padded to whole blocks.
 inline constexpr int kUnitBlock = 16;
 inline constexpr int kPanelUnits = 128;
 
@@ -38,7 +40,7 @@ struct KStep {
   // Conv, single-image path: vectorise over output channels (weight_t: [c][p][q][c_out_padded],
   // zero past c_out) rather than along output rows, when that fills more lanes.
   bool single_by_channel = false;
-  const float* weight_t = nullptr;
+  const float* weight_t = nullptr;  // Dense: the panel copy of the weights (above)
   int64_t c_out_padded = 0;
   const int32_t* tap_offsets = nullptr;  // [c * kh * kw]: (c * hp + p) * wp + q, for weight_t's loop
   int units = 0;               // Dense
