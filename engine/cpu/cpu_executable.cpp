@@ -184,12 +184,13 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
         s.op = KOp::Dense;
         s.units = node.units;
         // Blocks and panels, both k-major (program.hpp).
-        const int64_t k = in.elements, padded = round_up(node.units, kUnitBlock);
+        s.panel = 8 * lanes;  // the single-image kernel's 8 vectors (kernels.hpp, dense_single)
+        const int64_t k = in.elements, padded = round_up(node.units, kUnitBlock), panel = s.panel;
         std::vector<float> w(size_t(padded * k), 0.0f), t(size_t(padded * k), 0.0f), b(size_t(padded), 0.0f);
         const float* src = node.weight->values.data();
         for (int64_t u = 0; u < node.units; ++u) {
           const int64_t blk = u / kUnitBlock, j = u % kUnitBlock;
-          const int64_t first = u / kPanelUnits * kPanelUnits, width = std::min<int64_t>(kPanelUnits, padded - first);
+          const int64_t first = u / panel * panel, width = std::min<int64_t>(panel, padded - first);
           for (int64_t i = 0; i < k; ++i) {
             w[size_t((blk * k + i) * kUnitBlock + j)] = src[u * k + i];
             t[size_t(first * k + i * width + (u - first))] = src[u * k + i];

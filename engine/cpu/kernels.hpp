@@ -470,16 +470,15 @@ struct K {
 
   // Single-image path, a matrix-vector product bound by the weights' bandwidth: RB blocks of
   // kUnitBlock units at once (NV vectors each), x broadcast, the weights read from the panel copy
-  // (program.hpp). The RB blocks lie in one panel (RB * kUnitBlock divides kPanelUnits and b0 is a
-  // multiple of RB, or RB is 1), so each k reads them as one contiguous run of a single stream.
+  // (program.hpp). A panel is 8 vectors, the RB blocks of dense_single's main loop, so each k reads
+  // them as one contiguous run of a single stream (the last blocks, one at a time, part of a row).
   static constexpr int NV = kUnitBlock / W;
   template <int RB>
   static void dense_single_blocks(const KStep& s, const float* x, float* y, int b0) {
-    static_assert(kPanelUnits % (RB * kUnitBlock) == 0);
     const int64_t k = s.elements;
-    const int64_t first = int64_t(b0) * kUnitBlock / kPanelUnits * kPanelUnits;
+    const int64_t first = int64_t(b0) * kUnitBlock / s.panel * s.panel;
     const int64_t padded = (int64_t(s.units) + kUnitBlock - 1) / kUnitBlock * kUnitBlock;
-    const int64_t ws = padded - first < kPanelUnits ? padded - first : kPanelUnits;  // floats per k
+    const int64_t ws = padded - first < s.panel ? padded - first : s.panel;  // floats per k
     const float* w0 = s.weight_t + first * k + (int64_t(b0) * kUnitBlock - first);
     V acc[RB][NV];
     for (int r = 0; r < RB; ++r)
@@ -502,7 +501,7 @@ struct K {
     const float* x = arena + s.in0;
     float* y = arena + s.out;
     const int blocks = (s.units + kUnitBlock - 1) / kUnitBlock;
-    // Enough independent accumulators to cover the FMA latency: 8 vectors in flight.
+    // Enough independent accumulators to cover the FMA latency: 8 vectors in flight (one panel).
     constexpr int most = 8 / NV > 0 ? 8 / NV : 1;
     int b = 0;
     for (; b + most <= blocks; b += most) dense_single_blocks<most>(s, x, y, b);

@@ -13,13 +13,12 @@ enum class KAct : int { None, Relu, Tanh, Sigmoid };
 
 // Dense weights are packed at compile time twice. `weight`: blocks of kUnitBlock output units,
 // k-major inside a block, packed[(b * k + i) * kUnitBlock + j] = weight[b * kUnitBlock + j][i]
-// (the tile and group kernels stream one block at a time). `weight_t`: panels of kPanelUnits units
-// (the last one the remaining units rounded up to kUnitBlock), k-major inside a panel: unit u of
-// panel p = u / kPanelUnits, width wp, at packed[p * kPanelUnits * k + i * wp + u % kPanelUnits]
-// (the single-image matrix-vector product reads one contiguous stream). Both zero past the last
-// unit; the bias is zero-padded to whole blocks.
+// (the tile and group kernels stream one block at a time). `weight_t`: panels of `panel` units (8
+// vectors: what the single-image kernel computes at once; the last panel the remaining units rounded
+// up to kUnitBlock), k-major inside a panel: unit u of panel p = u / panel, width wp, at
+// packed[p * panel * k + i * wp + u % panel] (the single-image matrix-vector product reads one
+// contiguous stream). Both zero past the last unit; the bias is zero-padded to whole blocks.
 inline constexpr int kUnitBlock = 16;
-inline constexpr int kPanelUnits = 128;
 
 struct KStep {
   KOp op = KOp::Act;
@@ -44,6 +43,7 @@ struct KStep {
   int64_t c_out_padded = 0;
   const int32_t* tap_offsets = nullptr;  // [c * kh * kw]: (c * hp + p) * wp + q, for weight_t's loop
   int units = 0;               // Dense
+  int panel = 0;               // Dense: units per panel of weight_t, 8 * lanes
   const float* weight = nullptr;  // Conv: OIHW as in the model; Dense: packed (above); ScaleShift: scale
   const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null; ScaleShift: shift
 };
