@@ -187,16 +187,24 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
         if (!node.weight) throw std::invalid_argument(fmt::format("cpu: node '{}' has no weight", node.name));
         s.op = KOp::Dense;
         s.units = node.units;
-        const int64_t k = in.elements, blocks = (int64_t(node.units) + kUnitBlock - 1) / kUnitBlock;
-        std::vector<float> w(size_t(blocks * k * kUnitBlock), 0.0f), b(size_t(blocks * kUnitBlock), 0.0f);
+        // Blocks and panels, both k-major (program.hpp).
+        s.panel = 8 * lanes;  // the single-image kernel's 8 vectors (kernels.hpp, dense_single)
+        const int64_t k = in.elements, padded = round_up(node.units, kUnitBlock), panel = s.panel;
+        std::vector<float> w(size_t(padded * k), 0.0f), t(size_t(padded * k), 0.0f), b(size_t(padded), 0.0f);
         const float* src = node.weight->values.data();
         for (int64_t u = 0; u < node.units; ++u) {
           const int64_t blk = u / kUnitBlock, j = u % kUnitBlock;
-          for (int64_t i = 0; i < k; ++i) w[size_t((blk * k + i) * kUnitBlock + j)] = src[u * k + i];
+          const int64_t first = u / panel * panel, width = std::min<int64_t>(panel, padded - first);
+          for (int64_t i = 0; i < k; ++i) {
+            w[size_t((blk * k + i) * kUnitBlock + j)] = src[u * k + i];
+            t[size_t(first * k + i * width + (u - first))] = src[u * k + i];
+          }
           if (node.bias) b[size_t(u)] = node.bias->values[size_t(u)];
         }
         packed_.push_back(std::move(w));
         s.weight = packed_.back().data();
+        packed_.push_back(std::move(t));
+        s.weight_t = packed_.back().data();
         packed_.push_back(std::move(b));
         s.bias = packed_.back().data();
         break;
@@ -307,7 +315,8 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   single_stride_ = round_up(per_sample + kSlackFloats, 16);
   const int64_t single = single_stride_ * group_;
   const int64_t scratch = round_up(scratch_floats + kSlackFloats, 16);
-  const int64_t per_thread = tile + single + scratch;
+  const int64_t stage = images_ ? 0 : round_up(graph_.values[graph_.input].elements * lanes, 16);
+  const int64_t per_thread = tile + single + scratch + stage;
   const double bytes = double(per_thread) * double(threads_) * sizeof(float);
   const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
   // Linux overcommits: refuse, with a clear message, anything over half of the physical memory.
@@ -323,12 +332,16 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   std::fill(buffers_.get(), buffers_.get() + total, std::numeric_limits<float>::quiet_NaN());
   for (int t = 0; t < threads_; ++t) {
     float* base = buffers_.get() + size_t(t) * size_t(per_thread);
-    per_thread_.push_back(ThreadBuffers{base, base + tile, base + tile + single});
+    per_thread_.push_back(ThreadBuffers{base, base + tile, base + tile + single, base + tile + single + scratch});
   }
   pool_ = std::make_unique<TilePool>(threads_ - 1);
   // Below this many images a partial tile costs more than the single-image path: a tile takes
   // about as long as half its width in single images (the cpu backend's design, docs/design/).
   min_tile_images_ = std::max(2, lanes / 2);
+  for (const KStep& s : steps_) {
+    if (s.op == KOp::Conv) macs_per_image_ += int64_t(s.c_out) * s.h_out * s.w_out * s.c_in * s.kh * s.kw;
+    if (s.op == KOp::Dense) macs_per_image_ += int64_t(s.units) * s.elements;
+  }
 
   const std::string schedule_text =
       images_ ? fmt::format("one image at a time, dense layers for groups of up to {} images ({} KiB L2{})", group_,
@@ -380,15 +393,18 @@ void CpuExecutable::run_tile(const void* input, int first, int count, std::span<
   const int64_t L = kernels_.lanes;
   const Value& in = graph_.values[graph_.input];
   float* x = b.tile + input_offset_ * L;
+  // Each image to its own row of the staging buffer, then all of them to the lanes in register
+  // transposes (a store per lane straight from each image touched a cache line per element).
+  const int64_t E = in.elements;
   for (int i = 0; i < L; ++i) {
     // Lanes past the batch hold zeros: computed, never read back.
-    float* one = b.single;  // the single-image arena as a staging buffer for one input
+    float* row = b.stage + i * E;
     if (i < count)
-      load_input(input, first + i, one);
+      load_input(input, first + i, row);
     else
-      std::fill(one, one + in.elements, 0.0f);
-    for (int64_t e = 0; e < in.elements; ++e) x[e * L + i] = one[e];
+      std::fill(row, row + E, 0.0f);
   }
+  kernels_.to_lanes(b.stage, E, x);
   kernels_.run_tile(program_, b.tile, b.scratch);
   for (size_t o = 0; o < outputs.size(); ++o) {
     const float* v = b.tile + output_offsets_[o] * L;
@@ -410,6 +426,13 @@ void CpuExecutable::run_images(const void* input, int first, int count, std::spa
                   b.single + i * single_stride_ + output_offsets_[o], size_t(output_elements_[o]) * sizeof(float));
 }
 
+int CpuExecutable::threads_for(int n) const {
+  // --threads is a cap: a helper thread only for work that pays for waking it (a futex wake-up and
+  // a cold cache cost microseconds; kMinMacsPerThread multiply-adds are 5-15 us of one core).
+  const int64_t useful = std::max<int64_t>(1, macs_per_image_ * n / kMinMacsPerThread);
+  return int(std::min<int64_t>({int64_t(threads_), int64_t(n), useful}));
+}
+
 void CpuExecutable::run(const void* input, int n, std::span<float* const> outputs) {
   if (n < 1 || n > max_batch_)
     throw std::invalid_argument(fmt::format("cpu: batch of {} samples outside 1..{}", n, max_batch_));
@@ -420,7 +443,7 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
   if (images_) {
     // Groups as large as the buffers allow but no fewer than the threads (every group gives the same
     // bits: kernels.hpp, run_group).
-    const int threads = std::min(threads_, n);
+    const int threads = threads_for(n);
     const int group = std::min(group_, (n + threads - 1) / threads);
     struct Job {
       const CpuExecutable* self;
@@ -429,7 +452,7 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
       std::span<float* const> outputs;
     } job{this, input, n, group, outputs};
     const int items = (n + group - 1) / group;
-    pool_->run(items, std::min(threads_, items), [](void* context, int item, int thread) {
+    pool_->run(items, std::min(threads, items), [](void* context, int item, int thread) {
       const Job& j = *static_cast<const Job*>(context);
       const int first = item * j.group;
       j.self->run_images(j.input, first, std::min(j.group, j.n - first), j.outputs, j.self->per_thread_[size_t(thread)]);
@@ -450,7 +473,7 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
   } job{this, input, n, tiles, lanes, outputs};
   // Whole tiles/images handed out one at a time (tile_pool.hpp); each is computed by one thread,
   // start to end, so which thread takes which changes nothing in the results.
-  pool_->run(items, std::min(threads_, items), [](void* context, int item, int thread) {
+  pool_->run(items, std::min(threads_for(n), items), [](void* context, int item, int thread) {
     const Job& j = *static_cast<const Job*>(context);
     const ThreadBuffers& b = j.self->per_thread_[size_t(thread)];
     if (item < j.tiles) {

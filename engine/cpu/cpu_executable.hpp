@@ -47,6 +47,7 @@ class CpuExecutable : public Executable, public StagedExecution {
     float* tile = nullptr;    // arena_floats * lanes (+ slack)
     float* single = nullptr;  // group_ arenas of single_stride_ floats (arena_floats + slack)
     float* scratch = nullptr;  // padded conv inputs
+    float* stage = nullptr;    // a tile's inputs, one image per row, before they go to the lanes
   };
 
   void run_tile(const void* input, int first, int count, std::span<float* const> outputs, const ThreadBuffers& b) const;
@@ -60,6 +61,10 @@ class CpuExecutable : public Executable, public StagedExecution {
   int max_batch_ = 0;
   int threads_ = 1;
   int min_tile_images_ = 1;  // a partial tile with fewer images goes through the single-image path
+  // Multiply-adds per image (conv and dense), and the fewest per thread worth waking a thread for.
+  int64_t macs_per_image_ = 0;
+  static constexpr int64_t kMinMacsPerThread = 250'000;
+  int threads_for(int n) const;  // threads for a batch of n: at most threads_, one per useful share
   bool images_ = false;      // CpuOptions::Schedule::Images (else tiles)
   int group_ = 1;            // images per group (Images): as many dense inputs as fit half of L2
   int64_t single_stride_ = 0;

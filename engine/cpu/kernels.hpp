@@ -252,7 +252,8 @@ struct K {
         for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
       }
     }
-    if constexpr (requires(V (&r)[W]) { S::transpose(r); }) {
+    // Where the set has a masked partial store (AVX-512): the transposed store measured slower on AVX2.
+    if constexpr (requires(V (&r)[W], float* p, V v) { S::transpose(r); S::store_first(p, v, 0); }) {
       if (store_transposed<RV, RX>(s, acc, y, oc, f0)) return;
     }
     // To the planar [c][h][w] output channel by channel: each channel's positions of the block are
@@ -552,20 +553,26 @@ struct K {
       }
   }
 
-  // Single-image path: RB blocks of kUnitBlock units at once (NV vectors each), x broadcast.
+  // Single-image path, a matrix-vector product bound by the weights' bandwidth: RB blocks of
+  // kUnitBlock units at once (NV vectors each), x broadcast, the weights read from the panel copy
+  // (program.hpp). A panel is 8 vectors, the RB blocks of dense_single's main loop, so each k reads
+  // them as one contiguous run of a single stream (the last blocks, one at a time, part of a row).
   static constexpr int NV = kUnitBlock / W;
   template <int RB>
   static void dense_single_blocks(const KStep& s, const float* x, float* y, int b0) {
     const int64_t k = s.elements;
+    const int64_t first = int64_t(b0) * kUnitBlock / s.panel * s.panel;
+    const int64_t padded = (int64_t(s.units) + kUnitBlock - 1) / kUnitBlock * kUnitBlock;
+    const int64_t ws = padded - first < s.panel ? padded - first : s.panel;  // floats per k
+    const float* w0 = s.weight_t + first * k + (int64_t(b0) * kUnitBlock - first);
     V acc[RB][NV];
     for (int r = 0; r < RB; ++r)
       for (int v = 0; v < NV; ++v) acc[r][v] = S::load(s.bias + int64_t(b0 + r) * kUnitBlock + v * W);
     for (int64_t i = 0; i < k; ++i) {
       const V xb = S::bcast(x + i);
-      for (int r = 0; r < RB; ++r) {
-        const float* w = s.weight + (int64_t(b0 + r) * k + i) * kUnitBlock;
-        for (int v = 0; v < NV; ++v) acc[r][v] = S::fma(S::load(w + v * W), xb, acc[r][v]);
-      }
+      const float* w = w0 + i * ws;
+      for (int r = 0; r < RB; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = S::fma(S::load(w + r * kUnitBlock + v * W), xb, acc[r][v]);
     }
     for (int r = 0; r < RB; ++r)
       for (int v = 0; v < NV; ++v) {
@@ -579,7 +586,7 @@ struct K {
     const float* x = arena + s.in0;
     float* y = arena + s.out;
     const int blocks = (s.units + kUnitBlock - 1) / kUnitBlock;
-    // Enough independent accumulators to cover the FMA latency: 8 vectors in flight.
+    // Enough independent accumulators to cover the FMA latency: 8 vectors in flight (one panel).
     constexpr int most = 8 / NV > 0 ? 8 / NV : 1;
     int b = 0;
     for (; b + most <= blocks; b += most) dense_single_blocks<most>(s, x, y, b);
@@ -743,11 +750,12 @@ struct K {
   // reference (no FMA: this file is built with -ffp-contract=off), so the bits are the same.
   static void preprocess(const Preprocess& p, const uint8_t* raw, float* out) {
     const int64_t oh = int64_t(p.height) + p.pad_top + p.pad_bottom, ow = int64_t(p.width) + p.pad_left + p.pad_right;
+    // Without left/right padding the image rows are contiguous in the output too: one run per plane.
+    const bool flat = p.pad_left == 0 && p.pad_right == 0;
     for (int64_t c = 0; c < p.channels; ++c) {
       float* plane = out + c * oh * ow;
       const uint8_t* src = raw + c * int64_t(p.height) * p.width;
-      const float mean = p.mean[c], sd = p.std[c];
-      const V vs = S::set1(p.scale), vm = S::set1(mean), vd = S::set1(sd);
+      const V vs = S::set1(p.scale), vm = S::set1(p.mean[c]), vd = S::set1(p.std[c]);
       for (int64_t y = 0; y < oh; ++y) {
         float* row = plane + y * ow;
         const int64_t sy = y - p.pad_top;
@@ -755,19 +763,39 @@ struct K {
           for (int64_t x = 0; x < ow; ++x) row[x] = p.pad_value;
           continue;
         }
+        if (flat) {
+          if (sy == 0) normalise(src, row, int64_t(p.height) * p.width, vs, vm, vd);
+          continue;
+        }
         for (int64_t x = 0; x < p.pad_left; ++x) row[x] = p.pad_value;
         for (int64_t x = p.pad_left + p.width; x < ow; ++x) row[x] = p.pad_value;
-        const uint8_t* s_row = src + sy * p.width;
-        float* d_row = row + p.pad_left;
-        int64_t x = 0;
-        for (; x + W <= p.width; x += W) S::store(d_row + x, S::div(S::sub(S::mul(S::load_u8(s_row + x), vs), vm), vd));
-        for (; x < p.width; ++x) {
-          const float scaled = float(s_row[x]) * p.scale;
-          const float centred = scaled - mean;
-          d_row[x] = centred / sd;
-        }
+        normalise(src + sy * p.width, row + p.pad_left, p.width, vs, vm, vd);
       }
     }
+  }
+  // n pixels, whole vectors and then the tail through a zero-padded W-byte buffer (same operations).
+  static void normalise(const uint8_t* src, float* dst, int64_t n, V vs, V vm, V vd) {
+    int64_t x = 0;
+    for (; x + W <= n; x += W) S::store(dst + x, S::div(S::sub(S::mul(S::load_u8(src + x), vs), vm), vd));
+    if (x < n) {
+      uint8_t tail[W < 16 ? 16 : W] = {};
+      std::memcpy(tail, src + x, size_t(n - x));
+      store_part(dst + x, S::div(S::sub(S::mul(S::load_u8(tail), vs), vm), vd), int(n - x));
+    }
+  }
+
+  // W rows of `elements` floats (one image each) to the tile layout [elements][W]: W x W blocks
+  // transposed in registers, the last elements one by one.
+  static void to_lanes(const float* rows, int64_t elements, float* tile) {
+    int64_t e = 0;
+    for (; e + W <= elements; e += W) {
+      V r[W];
+      for (int i = 0; i < W; ++i) r[i] = S::load(rows + i * elements + e);
+      S::transpose(r);
+      for (int j = 0; j < W; ++j) S::store(tile + (e + j) * W, r[j]);
+    }
+    for (; e < elements; ++e)
+      for (int i = 0; i < W; ++i) tile[e * W + i] = rows[i * elements + e];
   }
 
   // ---- whole network ------------------------------------------------------------------------

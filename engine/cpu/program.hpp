@@ -11,9 +11,13 @@ namespace engine::cpu {
 enum class KOp : int { Conv, AvgPool, MaxPool, Act, Dense, Softmax, Add, ScaleShift, Copy };
 enum class KAct : int { None, Relu, Tanh, Sigmoid };
 
-// Dense weights are packed at compile time in blocks of kUnitBlock output units, k-major inside a
-// block: packed[(b * k + i) * kUnitBlock + j] = weight[b * kUnitBlock + j][i], zero past the last
-// unit; the bias is zero-padded the same way. Both kernel layouts read them contiguously.
+// Dense weights are packed at compile time twice. `weight`: blocks of kUnitBlock output units,
+// k-major inside a block, packed[(b * k + i) * kUnitBlock + j] = weight[b * kUnitBlock + j][i]
+// (the tile and group kernels stream one block at a time). `weight_t`: panels of `panel` units (8
+// vectors: what the single-image kernel computes at once; the last panel the remaining units rounded
+// up to kUnitBlock), k-major inside a panel: unit u of panel p = u / panel, width wp, at
+// packed[p * panel * k + i * wp + u % panel] (the single-image matrix-vector product reads one
+// contiguous stream). Both zero past the last unit; the bias is zero-padded to whole blocks.
 inline constexpr int kUnitBlock = 16;
 
 struct KStep {
@@ -36,10 +40,11 @@ struct KStep {
   // that fills more lanes. weight_t: blocks of B = 2 x lanes output channels, [c_out_padded / B]
   // [c][p][q][B], zero past c_out.
   bool single_by_channel = false;
-  const float* weight_t = nullptr;
+  const float* weight_t = nullptr;  // Dense: the panel copy of the weights (above)
   int64_t c_out_padded = 0;
   const int32_t* tap_offsets = nullptr;  // [c * kh * kw]: (c * hp + p) * wp + q, for weight_t's loop
   int units = 0;               // Dense
+  int panel = 0;               // Dense: units per panel of weight_t, 8 * lanes
   const float* weight = nullptr;  // Conv: OIHW as in the model; Dense: packed (above); ScaleShift: scale
   const float* bias = nullptr;    // may be null for Conv; Dense: packed, never null; ScaleShift: shift
 };
@@ -76,6 +81,8 @@ struct KernelSet {
   void (*run_group)(const Program& program, float* arenas, int64_t stride, int count, float* scratch) = nullptr;
   // One image's raw pixels to its preprocessed [C, H', W'] floats (bitwise the reference's values).
   void (*preprocess)(const Preprocess& p, const uint8_t* raw, float* out) = nullptr;
+  // `lanes` images of `elements` floats each, one after the other, to the tile layout [elements][lanes].
+  void (*to_lanes)(const float* rows, int64_t elements, float* tile) = nullptr;
 };
 
 const KernelSet* kernels_avx512();

@@ -57,31 +57,29 @@ struct Avx512 {
   }
   // Stores the first n lanes (0 <= n <= W); nothing past them is touched.
   static void store_first(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask((1u << n) - 1u), v); }
-  // r[i][k] becomes r[k][i]: pairs within 128-bit lanes, then pairs of pairs, then the lanes.
-  [[gnu::always_inline]] static void transpose(V (&r)[W]) {
-    V t[W];
-    for (int i = 0; i < W; i += 2) {
-      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  // r[i][j] -> r[j][i] for a W x W block: 4 x 4 transposes inside each 128-bit lane (unpack ps,
+  // then pd), then the 4 x 4 transpose of the lanes themselves (two rounds of shuffle_f32x4).
+  [[gnu::always_inline]] static void transpose(V* r) {
+    V t[16], u[16];
+    for (int k = 0; k < 8; ++k) {
+      t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+      t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
     }
-    for (int i = 0; i < W; i += 4) {
-      const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-      const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-      r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-      r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-      r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-      r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    auto lo = [](V a, V b) { return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+    auto hi = [](V a, V b) { return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+    for (int g = 0; g < 4; ++g) {  // u[4g + j], lane L: column 4L + j of rows 4g..4g+3
+      u[4 * g] = lo(t[4 * g], t[4 * g + 2]);
+      u[4 * g + 1] = hi(t[4 * g], t[4 * g + 2]);
+      u[4 * g + 2] = lo(t[4 * g + 1], t[4 * g + 3]);
+      u[4 * g + 3] = hi(t[4 * g + 1], t[4 * g + 3]);
     }
-    for (int h = 0; h < W; h += 8)
-      for (int c = 0; c < 4; ++c) {
-        t[h + c] = _mm512_shuffle_f32x4(r[h + c], r[h + 4 + c], 0x88);
-        t[h + 4 + c] = _mm512_shuffle_f32x4(r[h + c], r[h + 4 + c], 0xdd);
-      }
-    for (int c = 0; c < 4; ++c) {
-      r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-      r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
-      r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-      r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
+    for (int j = 0; j < 4; ++j) {
+      const V p = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44), q = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+      const V a = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44), b = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+      r[j] = _mm512_shuffle_f32x4(p, a, 0x88);
+      r[4 + j] = _mm512_shuffle_f32x4(p, a, 0xDD);
+      r[8 + j] = _mm512_shuffle_f32x4(q, b, 0x88);
+      r[12 + j] = _mm512_shuffle_f32x4(q, b, 0xDD);
     }
   }
 };
@@ -125,6 +123,24 @@ struct Avx2 {
     const __m256i i = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(i, 23));
   }
+  // r[i][j] -> r[j][i] for a W x W block: 4 x 4 inside each 128-bit lane, then the lanes swapped.
+  static void transpose(V* r) {
+    V t[8], u[8];
+    for (int k = 0; k < 4; ++k) {
+      t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+      t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {
+      u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+      u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+      u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+      u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; ++j) {
+      r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+      r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+  }
 };
 #endif
 
@@ -167,6 +183,7 @@ struct Sse2 {
     const __m128i i = _mm_add_epi32(_mm_cvtps_epi32(n), _mm_set1_epi32(127));
     return _mm_castsi128_ps(_mm_slli_epi32(i, 23));
   }
+  static void transpose(V* r) { _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]); }
 };
 #endif
 
