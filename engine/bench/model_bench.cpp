@@ -266,6 +266,8 @@ Ceiling ModelBench::ceiling(bool on_device, int n) const {
     c.compute = N / std::max(arithmetic, memory_compute);
     c.e2e = N / (std::max(arithmetic, memory_e2e) + link);  // serial, as measured: upload, compute, download
   } else {
+    // int8 runs integer dot products, not fp32 FMAs: the fp32 rate bounds nothing there.
+    if (parse_precision(o_.precision).value_or(Precision::FP32) == Precision::INT8) return c;
     const double rate = host_fma_gflops();
     if (rate <= 0) return c;
     c.compute = c.e2e = 1.0 / (cost_.flops / (rate * 1e9));
@@ -714,10 +716,11 @@ void ModelBench::print_case_block(const std::string& backend, int n, const std::
                                    : (any && any->on_device ? "plain launches on one stream" : "on the host"));
   for (const CaseResult* r : scopes) {
     if (!r) continue;
-    fmt::print("{:<20}{} (wall {}), {:.3g}% of the {} ceiling ({})\n",
-               r->scope == Scope::Compute ? "Throughput compute" : "Throughput e2e", rate_text(r->images_per_s),
-               si(r->wall_images_per_s), 100 * r->fraction, r->scope == Scope::Compute ? "compute" : "e2e",
-               si(r->ceiling));
+    const std::string share = r->ceiling > 0 ? fmt::format(", {:.3g}% of the {} ceiling ({})", 100 * r->fraction,
+                                                           r->scope == Scope::Compute ? "compute" : "e2e", si(r->ceiling))
+                                             : std::string(", no ceiling for this precision here");
+    fmt::print("{:<20}{} (wall {}){}\n", r->scope == Scope::Compute ? "Throughput compute" : "Throughput e2e",
+               rate_text(r->images_per_s), si(r->wall_images_per_s), share);
   }
   if (const CaseResult* r = scopes[1]) {
     fmt::print("{:<20}{} ms\n", "Latency e2e", stats_line(r->latency, 4));
