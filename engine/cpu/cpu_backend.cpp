@@ -125,7 +125,8 @@ class CpuBackend : public Backend {
     require_precision(*this, options);
     check_supported(*this, graph);
     if (options.precision == Precision::INT8)
-      return int8::make_int8_executable(graph, options, pick_int8_gemm(options_.kernels));
+      return int8::make_int8_executable(graph, options, pick_int8_gemm(options_.kernels),
+                                        pick_kernels(options_.kernels).preprocess);
     return std::make_unique<CpuExecutable>(graph, options, pick_kernels(options_.kernels), options_.schedule);
   }
   std::optional<std::string> cannot_train() const override { return std::nullopt; }

@@ -82,7 +82,7 @@ void quantize_weights(const float* w, int rows, int64_t per_row, std::vector<int
 
 class Int8Executable : public Executable, public StagedExecution {
  public:
-  Int8Executable(const Graph& planned, const CompileOptions& options, const Int8Gemm& gemm);
+  Int8Executable(const Graph& planned, const CompileOptions& options, const Int8Gemm& gemm, PreprocessFn preprocess);
   int max_batch() const override { return max_batch_; }
   void run(const void* input, int n, std::span<float* const> outputs) override;
   std::string plan_summary() const override { return summary_; }
@@ -111,6 +111,8 @@ class Int8Executable : public Executable, public StagedExecution {
 
   Graph graph_;
   const Int8Gemm& gemm_;
+  PreprocessFn preprocess_ = nullptr;
+  Preprocess pre_;  // uint8 input only
   int max_batch_ = 0, threads_ = 1, images_ = 1;
   int64_t flat_floats_ = 0;  // per image: the most that one step's flattened inputs hold
   std::vector<Step> steps_;
@@ -138,8 +140,9 @@ Graph fuse_activations(const Graph& graph) {
   return groups.empty() ? graph : fuse_groups(graph, std::move(groups));
 }
 
-Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& options, const Int8Gemm& gemm)
-    : graph_(fuse_activations(planned)), gemm_(gemm), max_batch_(options.max_batch) {
+Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& options, const Int8Gemm& gemm,
+                               PreprocessFn preprocess)
+    : graph_(fuse_activations(planned)), gemm_(gemm), preprocess_(preprocess), max_batch_(options.max_batch) {
   if (max_batch_ < 1) throw std::invalid_argument(fmt::format("cpu: max_batch must be at least 1, got {}", max_batch_));
   if (options.threads < 0 || options.threads > kMaxThreads)
     throw std::invalid_argument(
@@ -156,6 +159,12 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     return std::nullopt;
   };
   raw_sample_elements_ = formats::element_count(model.input.raw_shape);
+  if (model.input.dtype == formats::InputDType::UInt8) {
+    const Shape& raw = model.input.raw_shape;
+    const formats::Preprocess& p = *model.input.preprocess;
+    pre_ = Preprocess{int(raw[0]), int(raw[1]), int(raw[2]), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
+                      p.scale, p.pad_value, p.mean.data(), p.std.data()};
+  }
   size_t padded_bytes = 0, cols_bytes = 0, sums_ints = 0, pool_doubles = 0;
   int fused = 0;
   size_t max_inputs = 1;
@@ -316,32 +325,16 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
   float* x = at(arena, graph_.input);
   for (int i = 0; i < count; ++i) {
     const int64_t sample = int64_t(first) + i;
-    float* nchw = in_value.shape.size() == 3 ? b.nchw.data() : x + int64_t(i) * in_value.elements;
+    // [C, H, W] is made NHWC through a buffer; with one channel (or no spatial shape) they are the same.
+    const bool to_nhwc = in_value.shape.size() == 3 && in_value.shape[0] > 1;
+    float* nchw = to_nhwc ? b.nchw.data() : x + int64_t(i) * in_value.elements;
     if (spec.dtype == formats::InputDType::UInt8) {
-      const formats::Preprocess& p = *spec.preprocess;
-      const Shape& raw = spec.raw_shape;
-      const int rc = int(raw[0]), rh = int(raw[1]), rw = int(raw[2]);
-      const int oh = rh + p.pad_top + p.pad_bottom, ow = rw + p.pad_left + p.pad_right;
-      const uint8_t* src0 = static_cast<const uint8_t*>(input) + sample * raw_sample_elements_;
-      for (int c = 0; c < rc; ++c) {
-        const uint8_t* src = src0 + int64_t(c) * rh * rw;
-        for (int yy = 0; yy < oh; ++yy)
-          for (int xx = 0; xx < ow; ++xx) {
-            const int sy = yy - p.pad_top, sx = xx - p.pad_left;
-            float v = p.pad_value;
-            if (sy >= 0 && sy < rh && sx >= 0 && sx < rw) {
-              const float scaled = float(src[sy * rw + sx]) * p.scale;
-              const float centred = scaled - p.mean[size_t(c)];
-              v = centred / p.std[size_t(c)];
-            }
-            nchw[(int64_t(c) * oh + yy) * ow + xx] = v;
-          }
-      }
+      preprocess_(pre_, static_cast<const uint8_t*>(input) + sample * raw_sample_elements_, nchw);
     } else {
       std::memcpy(nchw, static_cast<const float*>(input) + sample * raw_sample_elements_,
                   size_t(in_value.elements) * sizeof(float));
     }
-    if (in_value.shape.size() == 3) {
+    if (to_nhwc) {
       const Hwc d = hwc_of(in_value.shape);
       float* dst = x + int64_t(i) * in_value.elements;
       for (int c = 0; c < d.channels; ++c)
@@ -453,8 +446,9 @@ void Int8Executable::run(const void* input, int n, std::span<float* const> outpu
 
 }  // namespace
 
-std::unique_ptr<Executable> make_int8_executable(const Graph& graph, const CompileOptions& options, const Int8Gemm& gemm) {
-  return std::make_unique<Int8Executable>(graph, options, gemm);
+std::unique_ptr<Executable> make_int8_executable(const Graph& graph, const CompileOptions& options, const Int8Gemm& gemm,
+                                                 PreprocessFn preprocess) {
+  return std::make_unique<Int8Executable>(graph, options, gemm, preprocess);
 }
 
 }  // namespace engine::cpu::int8

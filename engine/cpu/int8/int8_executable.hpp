@@ -11,11 +11,15 @@
 
 #include "engine/core/backend.hpp"
 #include "engine/cpu/int8/int8_gemm.hpp"
+#include "engine/cpu/program.hpp"
 
 namespace engine::cpu::int8 {
 
 // Throws std::invalid_argument for a model without calibration, or whose calibration lacks the
-// range of a conv2d's or dense's input (the reference's messages).
-std::unique_ptr<Executable> make_int8_executable(const Graph& graph, const CompileOptions& options, const Int8Gemm& gemm);
+// range of a conv2d's or dense's input (the reference's messages). `preprocess` is the fp32 kernel
+// set's uint8 preprocessing (bitwise the reference's values, vectorised).
+using PreprocessFn = void (*)(const Preprocess& p, const uint8_t* raw, float* out);
+std::unique_ptr<Executable> make_int8_executable(const Graph& graph, const CompileOptions& options, const Int8Gemm& gemm,
+                                                 PreprocessFn preprocess);
 
 }  // namespace engine::cpu::int8
