@@ -222,6 +222,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-budget", type=float, default=0,
                     help="seconds: start no model after this much time (the rest are reported as not run)")
     args = ap.parse_args(argv)
+    if not args.time_budget >= 0:  # NaN too
+        ap.error(f"--time-budget must be 0 (no limit) or more seconds, got {args.time_budget:g}")
 
     import torch
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <stdexcept>
 
+#include "engine/core/host_cpu.hpp"
 
 namespace engine::cpu {
 namespace {
@@ -44,20 +44,6 @@ constexpr int64_t kMaxPaddedFloats = int64_t{1} << 22;
 constexpr int64_t kSlackFloats = 64;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-
-// The L2 cache of one core in bytes, as the CPU reports it (glibc reads CPUID), else sysfs; 512 KiB
-// if neither answers.
-int64_t l2_bytes() {
-  const long from_cpuid = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (from_cpuid > 0) return from_cpuid;
-  if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r")) {
-    long kib = 0;
-    const int got = std::fscanf(f, "%ldK", &kib);
-    std::fclose(f);
-    if (got == 1 && kib > 0) return int64_t(kib) * 1024;
-  }
-  return int64_t{512} * 1024;
-}
 
 // Storage of every value the steps touch, laid out again by the steps' own liveness: a fused
 // activation's output is written by the conv/dense step, while the conv/dense input is still being
@@ -299,7 +285,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   // image's stays in it. On the zoo's models that split matched the measured winner at batches 64
   // and 1,024 (docs/design/cpu-backend.md): images on cifar-vgg, vgg-mnist and resnet20, tiles on
   // keras-cnn ('valid' convs: no copy), conv-bn-relu and concat-branches.
-  const int64_t l2 = l2_bytes();
+  const int64_t l2 = host_l2_cache_bytes();
   const bool tile_input_beyond_l2 = scratch_floats * int64_t(sizeof(float)) > l2;
   images_ = schedule == CpuOptions::Schedule::Images || (schedule == CpuOptions::Schedule::Auto && tile_input_beyond_l2);
   int64_t dense_k = 0;

@@ -65,7 +65,7 @@ class CpuExecutable : public Executable, public StagedExecution {
   int64_t macs_per_image_ = 0;
   static constexpr int64_t kMinMacsPerThread = 250'000;
   int threads_for(int n) const;  // threads for a batch of n: at most threads_, one per useful share
-  bool images_ = false;      // CpuOptions::Schedule::Images (else tiles)
+  bool images_ = false;      // one image at a time (Schedule::Images, or Auto beyond L2), else tiles
   int group_ = 1;            // images per group (Images): as many dense inputs as fit half of L2
   int64_t single_stride_ = 0;
   std::vector<KStep> steps_;

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/core/host_cpu.hpp"
 #include "engine/cpu/int8/int8_ops.hpp"
 
 namespace engine::cpu::int8 {
@@ -24,8 +24,7 @@ constexpr int kPixelTile = 96;
 // Images computed together (dense layers multiply them as one matrix): as many as keep a chunk's
 // activations within the core's L2 (at least 1, at most 32).
 int images_per_chunk(int64_t arena_floats, int max_batch) {
-  long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (l2 <= 0) l2 = 1 << 20;
+  const int64_t l2 = host_l2_cache_bytes();
   const int64_t fit = int64_t(l2) / std::max<int64_t>(1, arena_floats * int64_t(sizeof(float)));
   return int(std::clamp<int64_t>(fit, 1, std::min(32, max_batch)));
 }
