@@ -13,9 +13,11 @@
 // the first entry that cublasLtMatmulAlgoCheck accepts for every batch size checked (each n up to
 // kSmallScan, then around powers of two, max_batch - 1 and max_batch; a run checks any other n once,
 // on the host, when it first meets it, and runs a size it refuses through cublasGemmEx),
-// within the workspace limit, and, for deterministic executables, without split-K (its partial sums
-// would be reduced in an order that depends on the split; a ranked split-K algorithm is also tried
-// with split-K turned off). Where no algorithm qualifies, or CudnnOptions::dense says so, the layer is
+// within the workspace limit (a ranked algorithm that fails is tried again with split-K turned off).
+// Split-K keeps both determinism promises: the split count is part of the algorithm, fixed at compile
+// time for every n, the split runs along K whatever the number of columns, and cuBLASLt reduces the
+// partial sums in a fixed order (the in-place scheme's workspace holds counters that serialise it;
+// the other schemes reduce in a separate pass). Where no algorithm qualifies, or CudnnOptions::dense says so, the layer is
 // cublasGemmEx + cudnnAddTensor + the relu's own pass, cuBLAS choosing per call. The same algorithm then serves every n:
 // each sample's column is computed by the same tile code whatever the number of columns, so a
 // sample's result does not depend on the batch it is run in (tested). The workspace is the
@@ -250,14 +252,13 @@ class DenseStep final : public Step {
       const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt_handle_, desc_.get(), a_.get(), b_.get(), d_.get(), d_.get(),
                                                               pref_raw, kHeuristicResults, results, &found);
       if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK_CTX(s, label_);
-      // Each ranked algorithm as it is, then (deterministic executables) with split-K turned off.
+      // Each ranked algorithm as it is, then each with split-K turned off.
       for (int i = 0; i < 2 * found; ++i) {
         if (results[i % found].state != CUBLAS_STATUS_SUCCESS) continue;
         cublasLtMatmulAlgo_t algo = results[i % found].algo;
         int split_k = 1;
         size_t written = 0;
         if (i >= found) {
-          if (!ctx.options.deterministic) break;
           const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
           if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k)) !=
                   CUBLAS_STATUS_SUCCESS ||
@@ -267,8 +268,7 @@ class DenseStep final : public Step {
         }
         if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof(split_k),
                                                  &written) != CUBLAS_STATUS_SUCCESS)
-          split_k = 0;  // unknown: not deterministic for sure
-        if (ctx.options.deterministic && split_k != 1) continue;
+          split_k = 0;  // not reported
         size_t workspace = 0;
         bool ok = true;
         for (int n : ns) {
@@ -295,9 +295,8 @@ class DenseStep final : public Step {
       }
     }
     lt_ = false;
-    gemm_note_ = fmt::format("cuBLASLt offers no {}algorithm with epilogue {} that runs every batch size up to {}",
-                             ctx.options.deterministic ? "deterministic (no split-K) " : "", epilogue_name(epilogue_),
-                             ctx.max_batch);
+    gemm_note_ = fmt::format("cuBLASLt offers no algorithm with epilogue {} that runs every batch size up to {}",
+                             epilogue_name(epilogue_), ctx.max_batch);
   }
 
   Storage storage_;
