@@ -265,12 +265,19 @@ __host__ __device__ __forceinline__ void pair_sync(int pair) {
 #endif
 }
 
-// cp.async of 16 bytes; on the host a plain copy (complete at once).
+// cp.async of 16 (copy8: 8) bytes; on the host a plain copy (complete at once).
 __host__ __device__ __forceinline__ void copy16(void* dst, const void* src) {
 #ifdef __CUDA_ARCH__
   __pipeline_memcpy_async(dst, src, 16);
 #else
   std::memcpy(dst, src, 16);
+#endif
+}
+__host__ __device__ __forceinline__ void copy8(void* dst, const void* src) {
+#ifdef __CUDA_ARCH__
+  __pipeline_memcpy_async(dst, src, 8);
+#else
+  std::memcpy(dst, src, 8);
 #endif
 }
 __host__ __device__ __forceinline__ void copies_commit() {
