@@ -406,10 +406,10 @@ class CustomExecutable final : public gpu::GpuExecutable {
     a.bias = upload_floats(w.bias, fmt::format("bias of node '{}'", node.name));
     if (ops == TcGemmOperands::INT8) a.scale = upload_floats(w.scale, fmt::format("scales of node '{}'", node.name));
     lines.push_back(fmt::format(
-        "{}: tc_gemm_forward {} (implicit GEMM on mma.sync {}), k {} padded to {}, {} output channels in tiles of {}, "
-        "{} rows per block{}",
+        "{}: tc_gemm_forward {} (implicit GEMM on mma.sync {}), k {} padded to {}, {} output channels in tiles of {} "
+        "(of {} where that grid still has {} blocks), {} rows per block{}",
         context, precision_name(options_precision()), ops == TcGemmOperands::INT8 ? "m16n8k32" : "m16n8k16",
-        shape.k(), w.k_padded, shape.out_channels, kTcGemmCols, kTcGemmRows,
+        shape.k(), w.k_padded, shape.out_channels, kTcGemmCols, kTcGemmWideCols, kTcGemmWideMinBlocks, kTcGemmRows,
         ops == TcGemmOperands::INT8 ? fmt::format(", input scale {:.6g} per tensor, weights per channel", in_scale)
                                     : std::string()));
     steps_.push_back({context, TcGemmStep{a, ops}});
