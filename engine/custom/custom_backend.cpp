@@ -45,6 +45,7 @@
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/device_executable.hpp"
 #include "engine/gpu/gpu_executable.hpp"
+#include "engine/gpu/precision_choice.hpp"
 
 namespace engine::custom {
 namespace {
@@ -520,8 +521,15 @@ class CustomBackend final : public Backend {
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     require_precision(*this, options);
     check_supported(*this, graph);
-    // Everything below (device limits, weights, kernel attributes) on the options' device.
-    return gpu::compile_on_device(options, [&] { return compile_here(graph, options); });
+    // Everything below (device limits, weights, kernel attributes) on the options' device. A reduced
+    // precision is a permission, as on the cudnn backend: the fastest precision it allows runs
+    // (engine/gpu/precision_choice.hpp), timed at max_batch, and the plan's second line says which.
+    const int device = gpu::resolve_device(options.device);
+    gpu::DeviceGuard guard(device);
+    auto chosen = gpu::compile_fastest<Executable>(
+        options, options_.precision_choice, [&](const CompileOptions& at) { return compile_here(graph, at); },
+        [&](Executable& candidate) { return gpu::time_compute_ms(*candidate.staged_execution(), options.max_batch); });
+    return gpu::bind_to_device(device, std::move(chosen.exe), std::move(chosen.note));
   }
 
   // Training: the ops and refusals of the host trainers (every v1 op), fp32 kernels in

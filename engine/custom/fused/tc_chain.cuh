@@ -415,7 +415,7 @@ __host__ __device__ __forceinline__ void tc_solo_body(const float* __restrict__ 
     } else {  // 28 rows of 14 copies of 8 B (the padded rows start 8 B off a 16-byte boundary)
       for (int i = lane; i < kInPadded * kInPadded / 2; i += 32) {
         const int row = i / (kInPadded / 2), col = 2 * (i % (kInPadded / 2));
-        copy8(in + (row + kInPad) * kIn + kInPad + col, src + row * kInPadded + col);
+        copy_async<8>(in + (row + kInPad) * kIn + kInPad + col, src + row * kInPadded + col);
       }
     }
     copies_commit();
