@@ -9,7 +9,8 @@
 // accumulation in a fixed order). CompileOptions::fuse off (--no-fuse) runs the per-node kernels
 // below, which accumulate in double in the CPU reference's order: the GPU oracle. --precision fp16|bf16|int8: the tensor-core chain
 // (fused/tc_chain*) for the LeNet-5 family; otherwise the per-node kernels with conv2d and dense on
-// tensor cores (tc_gemm.hpp) and every other op in fp32.
+// tensor cores (tc_gemm.hpp) and every other op in fp32. A reduced precision is a permission: the
+// fastest precision it allows at the planned batch runs (compile(); engine/gpu/precision_choice.hpp).
 //
 // Per-node fusion rule: an activation node (relu/tanh/sigmoid) is folded into the epilogue of the
 // conv2d or dense node that produces its input when that value is the activation's only reader
@@ -528,6 +529,7 @@ class CustomBackend final : public Backend {
     gpu::DeviceGuard guard(device);
     auto chosen = gpu::compile_fastest<Executable>(
         options, options_.precision_choice, [&](const CompileOptions& at) { return compile_here(graph, at); },
+        // Every executable compile_here makes is a GpuExecutable, whose staged execution times it.
         [&](Executable& candidate) { return gpu::time_compute_ms(*candidate.staged_execution(), options.max_batch); });
     return gpu::bind_to_device(device, std::move(chosen.exe), std::move(chosen.note));
   }
