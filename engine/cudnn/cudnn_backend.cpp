@@ -26,11 +26,11 @@
 #include "engine/core/registry.hpp"
 #include "engine/cudnn/cudnn_executable.hpp"
 #include "engine/cudnn/cudnn_options.hpp"
-#include "engine/gpu/precision_choice.hpp"
 #include "engine/cudnn/steps.hpp"
 #include "engine/cudnn/train/cudnn_trainer.hpp"
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/device_executable.hpp"
+#include "engine/gpu/precision_choice.hpp"
 
 namespace engine::cudnn {
 namespace {
