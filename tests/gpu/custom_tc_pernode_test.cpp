@@ -18,6 +18,7 @@
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
 #include "engine/custom/custom_backend.hpp"
+#include "engine/custom/tc_gemm.hpp"
 #include "engine/gpu/precision_choice.hpp"
 #include "formats/model.hpp"
 #include "tests/common/compare.hpp"
@@ -182,6 +183,24 @@ TEST(CustomTcPerNode, SameBitsForAnyBatchSplit) {
           << "images " << start << ".." << start + b - 1;
       start += b;
     }
+  }
+}
+
+// Wide blocks (128 channels) run a layer where their grid has 512 blocks (tc_gemm.hpp: the mlp's
+// 784 -> 100 layer from 32,705 samples), narrow ones (32 channels) below: a batch on either side, the
+// same bits for the same samples, in every precision.
+TEST(CustomTcPerNode, WideAndNarrowBlocksSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const auto base = models()[6];  // mlp
+  const int n = 32768 + 5, head = 1000;
+  ASSERT_TRUE(engine::custom::tc_gemm_wide(100, n) && !engine::custom::tc_gemm_wide(100, head));
+  const auto input = input_for(base, n, 9450);
+  for (const engine::Precision p : {engine::Precision::FP16, engine::Precision::BF16, engine::Precision::INT8}) {
+    SCOPED_TRACE(engine::precision_name(p));
+    const auto model = p == engine::Precision::INT8 ? tc_test::calibrated(base, input.data(), head) : base;
+    const auto wide = testing_support::run_backend(model, *as_asked(), input.data(), n, n, with(p)).at(0);
+    const auto narrow = testing_support::run_backend(model, *as_asked(), input.data(), head, head, with(p)).at(0);
+    EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), narrow.size() * sizeof(float)), 0);
   }
 }
 
