@@ -26,11 +26,11 @@
 #include "engine/core/registry.hpp"
 #include "engine/cudnn/cudnn_executable.hpp"
 #include "engine/cudnn/cudnn_options.hpp"
-#include "engine/cudnn/precision_choice.hpp"
 #include "engine/cudnn/steps.hpp"
 #include "engine/cudnn/train/cudnn_trainer.hpp"
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/device_executable.hpp"
+#include "engine/gpu/precision_choice.hpp"
 
 namespace engine::cudnn {
 namespace {
@@ -50,7 +50,7 @@ class CudnnBackend final : public Backend {
   std::string name() const override { return "cudnn"; }
   int preferred_batch() const override { return 65536; }
   // fp16 / bf16: values and parameters stored in that type (NHWC), fp32 sums on tensor cores.
-  // A reduced precision is a permission: the fastest precision it allows runs (precision_choice.hpp).
+  // A reduced precision is a permission: the fastest precision it allows runs (engine/gpu/precision_choice.hpp).
   // int8 (int8.cpp): fp32 NHWC values; each conv2d / dense quantizes its input per tensor (the model's
   // calibration) and runs as cuDNN's INT8_EXT_CONFIG convolution / a cuBLAS int8 GEMM with int32 sums,
   // dequantized per output channel; the reference's int8 emulation is its oracle.
@@ -88,25 +88,14 @@ class CudnnBackend final : public Backend {
 
  private:
   // The executable at the precision asked, or (PrecisionChoice::Fastest) the fastest of those it
-  // allows (precision_choice.hpp): compiled one after the other, each timed at max_batch, the slower
-  // freed before the next is built, so at most two are alive at once.
+  // allows (engine/gpu/precision_choice.hpp), each timed at max_batch.
   std::unique_ptr<CudnnExecutable> plan(const Graph& graph, const CompileOptions& options) const {
-    const auto allowed = options_.precision_choice == CudnnOptions::PrecisionChoice::AsAsked
-                             ? std::vector<Precision>{options.precision}
-                             : allowed_precisions(options.precision);
-    if (allowed.size() == 1) return std::make_unique<CudnnExecutable>(graph, options, options_);
-    std::unique_ptr<CudnnExecutable> best;
-    std::vector<PrecisionTiming> timings;
-    for (const Precision p : allowed) {
-      CompileOptions at = options;
-      at.precision = p;
-      auto candidate = std::make_unique<CudnnExecutable>(graph, at, options_);
-      timings.push_back(PrecisionTiming{p, double(candidate->time_forward_ms())});
-      if (choose_precision(options.precision, timings, options.max_batch).chosen == timings.size() - 1)
-        best = std::move(candidate);
-    }
-    best->add_plan_note(choose_precision(options.precision, timings, options.max_batch).note);
-    return best;
+    auto chosen = gpu::compile_fastest<CudnnExecutable>(
+        options, options_.precision_choice,
+        [&](const CompileOptions& at) { return std::make_unique<CudnnExecutable>(graph, at, options_); },
+        [](CudnnExecutable& candidate) { return candidate.time_forward_ms(); });
+    if (!chosen.note.empty()) chosen.exe->add_plan_note(chosen.note);
+    return std::move(chosen.exe);
   }
 
   CudnnOptions options_;

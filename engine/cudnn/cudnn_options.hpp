@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "engine/core/backend.hpp"
+#include "engine/gpu/precision_choice.hpp"
 
 namespace engine::cudnn {
 
@@ -33,10 +34,10 @@ struct CudnnOptions {
   Dense dense = Dense::CublasLt;
 
   // A reduced precision (int8, fp16, bf16). Fastest: a permission, TensorRT's way: the model is
-  // compiled at each precision it allows (precision_choice.hpp: int8 also fp16 and fp32, fp16 / bf16
-  // also fp32), one forward pass of each timed at max_batch, the fastest kept; the plan states which
-  // and the times. AsAsked: exactly the precision asked (tests of a precision's own kernels).
-  enum class PrecisionChoice { Fastest, AsAsked };
+  // compiled at each precision it allows (engine/gpu/precision_choice.hpp: int8 also fp16 and fp32,
+  // fp16 / bf16 also fp32), one forward pass of each timed at max_batch, the fastest kept; the plan
+  // states which and the times. AsAsked: exactly the precision asked (tests of a precision's own kernels).
+  using PrecisionChoice = gpu::PrecisionChoice;
   PrecisionChoice precision_choice = PrecisionChoice::Fastest;
 };
 

@@ -9,7 +9,8 @@
 // accumulation in a fixed order). CompileOptions::fuse off (--no-fuse) runs the per-node kernels
 // below, which accumulate in double in the CPU reference's order: the GPU oracle. --precision fp16|bf16|int8: the tensor-core chain
 // (fused/tc_chain*) for the LeNet-5 family; otherwise the per-node kernels with conv2d and dense on
-// tensor cores (tc_gemm.hpp) and every other op in fp32.
+// tensor cores (tc_gemm.hpp) and every other op in fp32. A reduced precision is a permission: the
+// fastest precision it allows at the planned batch runs (compile(); engine/gpu/precision_choice.hpp).
 //
 // Per-node fusion rule: an activation node (relu/tanh/sigmoid) is folded into the epilogue of the
 // conv2d or dense node that produces its input when that value is the activation's only reader
@@ -45,6 +46,7 @@
 #include "engine/gpu/device.hpp"
 #include "engine/gpu/device_executable.hpp"
 #include "engine/gpu/gpu_executable.hpp"
+#include "engine/gpu/precision_choice.hpp"
 
 namespace engine::custom {
 namespace {
@@ -406,10 +408,10 @@ class CustomExecutable final : public gpu::GpuExecutable {
     a.bias = upload_floats(w.bias, fmt::format("bias of node '{}'", node.name));
     if (ops == TcGemmOperands::INT8) a.scale = upload_floats(w.scale, fmt::format("scales of node '{}'", node.name));
     lines.push_back(fmt::format(
-        "{}: tc_gemm_forward {} (implicit GEMM on mma.sync {}), k {} padded to {}, {} output channels in tiles of {}, "
-        "{} rows per block{}",
+        "{}: tc_gemm_forward {} (implicit GEMM on mma.sync {}), k {} padded to {}, {} output channels in tiles of {} "
+        "(of {} where that grid still has {} blocks), {} rows per block{}",
         context, precision_name(options_precision()), ops == TcGemmOperands::INT8 ? "m16n8k32" : "m16n8k16",
-        shape.k(), w.k_padded, shape.out_channels, kTcGemmCols, kTcGemmRows,
+        shape.k(), w.k_padded, shape.out_channels, kTcGemmCols, kTcGemmWideCols, kTcGemmWideMinBlocks, kTcGemmRows,
         ops == TcGemmOperands::INT8 ? fmt::format(", input scale {:.6g} per tensor, weights per channel", in_scale)
                                     : std::string()));
     steps_.push_back({context, TcGemmStep{a, ops}});
@@ -520,8 +522,16 @@ class CustomBackend final : public Backend {
   std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) override {
     require_precision(*this, options);
     check_supported(*this, graph);
-    // Everything below (device limits, weights, kernel attributes) on the options' device.
-    return gpu::compile_on_device(options, [&] { return compile_here(graph, options); });
+    // Everything below (device limits, weights, kernel attributes) on the options' device. A reduced
+    // precision is a permission, as on the cudnn backend: the fastest precision it allows runs
+    // (engine/gpu/precision_choice.hpp), timed at max_batch, and the plan's second line says which.
+    const int device = gpu::resolve_device(options.device);
+    gpu::DeviceGuard guard(device);
+    auto chosen = gpu::compile_fastest<Executable>(
+        options, options_.precision_choice, [&](const CompileOptions& at) { return compile_here(graph, at); },
+        // Every executable compile_here makes is a GpuExecutable, whose staged execution times it.
+        [&](Executable& candidate) { return gpu::time_compute_ms(*candidate.staged_execution(), options.max_batch); });
+    return gpu::bind_to_device(device, std::move(chosen.exe), std::move(chosen.note));
   }
 
   // Training: the ops and refusals of the host trainers (every v1 op), fp32 kernels in

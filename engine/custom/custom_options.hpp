@@ -4,6 +4,8 @@
 // pass other values to make_custom_backend to drive the other kernels on the same models.
 #include <optional>
 
+#include "engine/gpu/precision_choice.hpp"
+
 namespace engine::custom {
 
 // The fused fp32 path's image chain (small batches: one image per block or per cluster of blocks).
@@ -44,6 +46,11 @@ struct GeneralOptions {
 };
 
 struct CustomOptions {
+  // A reduced precision (int8, fp16, bf16). Fastest: a permission, as on the cudnn backend: the model
+  // is compiled at each precision it allows (int8 also fp16 and fp32, fp16 / bf16 also fp32), one
+  // forward pass of each timed at max_batch, the fastest kept, the plan's second line saying which
+  // and the times. AsAsked: exactly the precision asked (tests of a precision's own kernels).
+  gpu::PrecisionChoice precision_choice = gpu::PrecisionChoice::Fastest;
   ImageChainOptions image;
   TcChainOptions tc;
   GeneralOptions general;

@@ -59,10 +59,13 @@ __host__ __device__ __forceinline__ void tc_gemm_pack(const float (&v)[TcGemmTra
   }
 }
 
-// One block's tile: rows [block_m * 64, + 64) of M = n * OH * OW, channels [block_n * 32, + 32).
-template <int kOps>
+// One block's tile: rows [block_m * 64, + 64) of M = n * OH * OW, channels [block_n * kCols, + kCols)
+// (kCols: kTcGemmCols or kTcGemmWideCols).
+template <int kOps, int kCols>
 __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int n, long long block_m, int block_n,
                                                        int tid, unsigned char* smem) {
+  constexpr int kNt = kCols / 8;                                            // n-tiles of 8 channels
+  constexpr int kCopies = kCols * kTcGemmStageBytes / 16 / kTcGemmThreads;  // 16-byte weight copies per thread
   using Traits = TcGemmTraits<kOps>;
   constexpr int kPer = Traits::kPerThread;
   const TcGemmShape& s = a.shape;
@@ -70,7 +73,7 @@ __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int 
   const int K = s.k();
   const long long M = (long long)n * ohw;
   unsigned char* As = smem;                                    // [64][80 bytes]
-  unsigned char* Bs = smem + kTcGemmRows * kTcGemmPitchBytes;  // [32][80 bytes]
+  unsigned char* Bs = smem + kTcGemmRows * kTcGemmPitchBytes;  // [kCols][80 bytes]
 
   // The row this thread gathers: (image, output pixel) -> the input window's corner.
   const int r = tid / 2, half = tid % 2;
@@ -86,11 +89,25 @@ __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int 
     ix0 = (pix % s.out_width) * s.stride_w - s.pad_left;
   }
   float v[kPer];
+  // A dense layer's row is kPer consecutive floats per stage: 16-byte loads where the rows are 16-byte
+  // aligned (the generic gather spends ~10 instructions per operand on its indices and bounds).
+  const bool flat_rows = khw == 1 && hw == 1 && s.channels % 4 == 0 &&
+                         reinterpret_cast<unsigned long long>(a.x) % 16 == 0;
   auto gather = [&](int stage) {
     int k = stage * Traits::kStageK + half * kPer;
-    if (k >= K) {  // all padding (small K: a 2x2 kernel on one channel has 4 of a stage's 32 or 64)
+    if (k >= K || (flat_rows && !row_ok)) {  // all padding (small K: a 2x2 kernel on one channel has 4
+                                             // of a stage's 32 or 64), or a row past M
 #pragma unroll
       for (int i = 0; i < kPer; ++i) v[i] = 0.0f;
+      return;
+    }
+    if (flat_rows && k + kPer <= K) {
+      const float4* p = reinterpret_cast<const float4*>(base + k);
+#pragma unroll
+      for (int i = 0; i < kPer / 4; ++i) {
+        const float4 q = p[i];
+        v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+      }
       return;
     }
     int c = k / khw, rem = k - c * khw;
@@ -109,17 +126,16 @@ __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int 
       }
     }
   };
-  // The weights this thread copies: 16 bytes of channel row tid / 4.
-  const unsigned char* wsrc = static_cast<const unsigned char*>(a.weight) +
-                              (size_t(block_n) * kTcGemmCols + size_t(tid / 4)) *
-                                  size_t(a.k_padded) * size_t(kOps == int(TcGemmOperands::INT8) ? 1 : 2) +
-                              size_t(tid % 4) * 16;
+  // The weights this thread copies per stage: 16 bytes (copy j: piece (tid + 128 j) % 4 of channel row
+  // (tid + 128 j) / 4 of the tile).
+  const size_t row_bytes = size_t(a.k_padded) * size_t(kOps == int(TcGemmOperands::INT8) ? 1 : 2);
+  const unsigned char* wsrc = static_cast<const unsigned char*>(a.weight) + size_t(block_n) * kCols * row_bytes;
 
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int col0 = block_n * kTcGemmCols;
-  const int ntiles = (s.out_channels - col0) >= kTcGemmCols ? 4 : (s.out_channels - col0 + 7) / 8;
-  float accf[4][4] = {};
-  int acci[4][4] = {};
+  const int col0 = block_n * kCols;
+  const int ntiles = (s.out_channels - col0) >= kCols ? kNt : (s.out_channels - col0 + 7) / 8;
+  float accf[kOps == int(TcGemmOperands::INT8) ? 1 : kNt][4] = {};
+  int acci[kOps == int(TcGemmOperands::INT8) ? kNt : 1][4] = {};
   auto word = [](const unsigned char* p) { return *reinterpret_cast<const unsigned*>(p); };  // 4-byte aligned
 
   const int stages = a.k_padded / Traits::kStageK;
@@ -132,8 +148,13 @@ __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int 
     uint4* arow_store = reinterpret_cast<uint4*>(As + r * kTcGemmPitchBytes + half * 32);
     arow_store[0] = make_uint4(w[0], w[1], w[2], w[3]);
     arow_store[1] = make_uint4(w[4], w[5], w[6], w[7]);
-    *reinterpret_cast<uint4*>(Bs + (tid / 4) * kTcGemmPitchBytes + (tid % 4) * 16) =
-        *reinterpret_cast<const uint4*>(wsrc + size_t(stage) * kTcGemmStageBytes);
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) {
+      const int piece = tid + kTcGemmThreads * j;
+      *reinterpret_cast<uint4*>(Bs + (piece / 4) * kTcGemmPitchBytes + (piece % 4) * 16) =
+          *reinterpret_cast<const uint4*>(wsrc + size_t(piece / 4) * row_bytes + size_t(piece % 4) * 16 +
+                                          size_t(stage) * kTcGemmStageBytes);
+    }
     sync_block();
     if (stage + 1 < stages) gather(stage + 1);  // in flight while the tensor cores work
     const unsigned char* arow = As + (warp * 16 + g) * kTcGemmPitchBytes;
@@ -143,7 +164,7 @@ __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int 
         const unsigned a0 = word(arow + kk + 4 * t), a1 = word(arow + 8 * kTcGemmPitchBytes + kk + 4 * t);
         const unsigned a2 = word(arow + kk + 16 + 4 * t), a3 = word(arow + 8 * kTcGemmPitchBytes + kk + 16 + 4 * t);
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < kNt; ++nt) {
           if (nt >= ntiles) break;  // uniform in the block; unrolled so the accumulators stay in registers
           const unsigned char* brow = Bs + (nt * 8 + g) * kTcGemmPitchBytes;
           mma_16832_s8(acci[nt], a0, a1, a2, a3, word(brow + kk + 4 * t), word(brow + kk + 16 + 4 * t));
@@ -156,7 +177,7 @@ __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int 
         const unsigned a0 = word(arow + kk + 4 * t), a1 = word(arow + 8 * kTcGemmPitchBytes + kk + 4 * t);
         const unsigned a2 = word(arow + kk + 16 + 4 * t), a3 = word(arow + 8 * kTcGemmPitchBytes + kk + 16 + 4 * t);
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < kNt; ++nt) {
           if (nt >= ntiles) break;
           const unsigned char* brow = Bs + (nt * 8 + g) * kTcGemmPitchBytes;
           mma_16816<T>(accf[nt], a0, a1, a2, a3, word(brow + kk + 4 * t), word(brow + kk + 16 + 4 * t));
@@ -168,7 +189,7 @@ __host__ __device__ __forceinline__ void tc_gemm_block(const TcGemmArgs& a, int 
 
   // Epilogue: accumulator i of column group nt is row g + 8 (i / 2), channel 2t + i % 2.
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < kNt; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       if (nt >= ntiles) break;

@@ -25,15 +25,28 @@ namespace engine::custom {
 
 enum class TcGemmOperands : int { FP16 = 0, BF16 = 1, INT8 = 2 };
 
-// One block: 64 rows x 32 output channels, 4 warps (16 rows each), k staged 64 bytes at a time
-// (32 16-bit or 64 8-bit operands), shared-memory rows padded to 80 bytes (no bank conflicts on the
-// fragment loads).
+// One block: 64 rows x 32 output channels (narrow) or 64 x 128 (wide), 4 warps (16 rows each), k
+// staged 64 bytes at a time (32 16-bit or 64 8-bit operands), shared-memory rows padded to 80 bytes
+// (no bank conflicts on the fragment loads). Every block gathers and converts its 64 rows' inputs
+// itself, so a layer of OC channels gathers each input OC / 32 times with narrow blocks and OC / 128
+// times with wide ones; wide blocks are 4x fewer, so narrow ones run where wide ones would leave SMs
+// idle (tc_gemm_wide). An output's sum is the same on either (the same k order, the same mma per
+// element): the same bits.
 inline constexpr int kTcGemmRows = 64;
-inline constexpr int kTcGemmCols = 32;
+inline constexpr int kTcGemmCols = 32;       // narrow
+inline constexpr int kTcGemmWideCols = 128;  // wide; weights are padded to a multiple of it
 inline constexpr int kTcGemmThreads = 128;
 inline constexpr int kTcGemmStageBytes = 64;
 inline constexpr int kTcGemmPitchBytes = 80;
-inline constexpr int kTcGemmSmemBytes = (kTcGemmRows + kTcGemmCols) * kTcGemmPitchBytes;
+inline constexpr int tc_gemm_smem_bytes(int cols) { return (kTcGemmRows + cols) * kTcGemmPitchBytes; }
+// Wide blocks for a layer of `out_channels` over `rows` GEMM rows: where the layer has more than one
+// narrow tile of channels and the wide grid still has kTcGemmWideMinBlocks blocks (a few per SM).
+inline constexpr long long kTcGemmWideMinBlocks = 512;
+inline bool tc_gemm_wide(int out_channels, long long rows) {
+  const long long row_blocks = (rows + kTcGemmRows - 1) / kTcGemmRows;
+  return out_channels > kTcGemmCols &&
+         row_blocks * ((out_channels + kTcGemmWideCols - 1) / kTcGemmWideCols) >= kTcGemmWideMinBlocks;
+}
 
 inline int tc_gemm_operand_bytes(TcGemmOperands o) { return o == TcGemmOperands::INT8 ? 1 : 2; }
 // Operands per stage of k: 32 (16-bit) or 64 (int8).
@@ -50,7 +63,8 @@ struct TcGemmShape {
 struct TcGemmArgs {
   const float* x = nullptr;    // [n, C, H, W]
   float* y = nullptr;          // [n, OC, OH, OW]; must not overlap x
-  const void* weight = nullptr;  // [oc_padded][k_padded] operands, k = (c, ky, kx), zeros past K and OC
+  const void* weight = nullptr;  // [oc_padded][k_padded] operands, k = (c, ky, kx), zeros past K and OC;
+                                 // oc_padded a multiple of kTcGemmWideCols
   const float* bias = nullptr;   // [oc_padded], zeros where the model has none
   const float* scale = nullptr;  // int8: [oc_padded] s_in * s_o per output channel; otherwise null
   float in_scale = 0;            // int8: s_in of the input (range / 127); 0 quantizes everything to 0

@@ -20,7 +20,7 @@ TcGemmWeights tc_gemm_weights(const formats::Node& node, int out_channels, int k
   TcGemmWeights out;
   const int stage = tc_gemm_stage_k(operands), bytes = tc_gemm_operand_bytes(operands);
   out.k_padded = (k + stage - 1) / stage * stage;
-  out.oc_padded = (out_channels + kTcGemmCols - 1) / kTcGemmCols * kTcGemmCols;
+  out.oc_padded = (out_channels + kTcGemmWideCols - 1) / kTcGemmWideCols * kTcGemmWideCols;
   out.operands.assign(size_t(out.oc_padded) * size_t(out.k_padded) * size_t(bytes), 0);  // 0 is +0 in every type
   out.bias.assign(size_t(out.oc_padded), 0.0f);
   for (int o = 0; o < out_channels; ++o) {

@@ -35,7 +35,8 @@ class BoundTimePoint final : public TimePoint {
 
 class BoundExecutable final : public Executable, public StagedExecution {
  public:
-  BoundExecutable(int device, std::unique_ptr<Executable> inner) : device_(device), inner_(std::move(inner)) {
+  BoundExecutable(int device, std::unique_ptr<Executable> inner, std::string plan_note)
+      : device_(device), inner_(std::move(inner)), plan_note_(std::move(plan_note)) {
     if (!inner_) throw std::invalid_argument("bind_to_device: no executable");
     inner_staged_ = inner_->staged_execution();
   }
@@ -59,7 +60,13 @@ class BoundExecutable final : public Executable, public StagedExecution {
   }
   bool overlaps_batches() const override { return inner_->overlaps_batches(); }
   std::optional<RunTimings> last_timings() const override { return inner_->last_timings(); }
-  std::string plan_summary() const override { return inner_->plan_summary(); }
+  std::string plan_summary() const override {
+    std::string summary = inner_->plan_summary();
+    if (plan_note_.empty()) return summary;
+    const size_t line_end = summary.find('\n');
+    return line_end == std::string::npos ? summary + "\n" + plan_note_
+                                         : summary.insert(line_end + 1, plan_note_ + "\n");
+  }
   std::string execution_path() const override { return inner_->execution_path(); }
   bool pin_host_input(const void* data, size_t bytes) override {
     DeviceGuard g(device_);
@@ -102,13 +109,14 @@ class BoundExecutable final : public Executable, public StagedExecution {
  private:
   int device_;
   std::unique_ptr<Executable> inner_;
+  std::string plan_note_;
   StagedExecution* inner_staged_ = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<Executable> bind_to_device(int device, std::unique_ptr<Executable> exe) {
-  return std::make_unique<BoundExecutable>(device, std::move(exe));
+std::unique_ptr<Executable> bind_to_device(int device, std::unique_ptr<Executable> exe, std::string plan_note) {
+  return std::make_unique<BoundExecutable>(device, std::move(exe), std::move(plan_note));
 }
 
 }  // namespace engine::gpu

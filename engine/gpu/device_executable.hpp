@@ -7,6 +7,7 @@
 // GPU). A wrapper rather than guards in each method: the derived executables' members (cuDNN and
 // cuBLAS handles, weights) are destroyed before any base-class destructor body could set the device.
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "engine/core/backend.hpp"
@@ -14,8 +15,9 @@
 
 namespace engine::gpu {
 
-// `exe` must have been constructed with `device` current.
-std::unique_ptr<Executable> bind_to_device(int device, std::unique_ptr<Executable> exe);
+// `exe` must have been constructed with `device` current. A non-empty `plan_note` becomes the second
+// line of its plan summary (a choice made above the executable: the precision it runs at).
+std::unique_ptr<Executable> bind_to_device(int device, std::unique_ptr<Executable> exe, std::string plan_note = {});
 
 // What a GPU backend's compile() returns: make() runs with the device of `options` current (its
 // constructors allocate and upload there) and its executable comes back bound to it.

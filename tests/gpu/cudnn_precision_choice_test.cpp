@@ -1,4 +1,4 @@
-// A reduced precision as a permission (engine/cudnn/precision_choice.hpp): the choice logic on injected
+// A reduced precision as a permission (engine/gpu/precision_choice.hpp): the choice logic on injected
 // timings, no GPU needed. The backend's own choice on LeNet-5 in int8: CudnnInt8.Lenet5OnMnist.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cudnn/precision_choice.hpp"
+#include "engine/gpu/precision_choice.hpp"
 
 namespace {
 
@@ -14,15 +14,15 @@ using engine::Precision;
 
 TEST(CudnnPrecisionChoice, AllowedPrecisionsNarrowestFirst) {
   using V = std::vector<Precision>;
-  EXPECT_EQ(engine::cudnn::allowed_precisions(Precision::INT8), (V{Precision::INT8, Precision::FP16, Precision::FP32}));
-  EXPECT_EQ(engine::cudnn::allowed_precisions(Precision::FP16), (V{Precision::FP16, Precision::FP32}));
-  EXPECT_EQ(engine::cudnn::allowed_precisions(Precision::BF16), (V{Precision::BF16, Precision::FP32}));
-  EXPECT_EQ(engine::cudnn::allowed_precisions(Precision::FP32), (V{Precision::FP32}));
-  EXPECT_EQ(engine::cudnn::allowed_precisions(Precision::TF32), (V{Precision::TF32}));
+  EXPECT_EQ(engine::gpu::allowed_precisions(Precision::INT8), (V{Precision::INT8, Precision::FP16, Precision::FP32}));
+  EXPECT_EQ(engine::gpu::allowed_precisions(Precision::FP16), (V{Precision::FP16, Precision::FP32}));
+  EXPECT_EQ(engine::gpu::allowed_precisions(Precision::BF16), (V{Precision::BF16, Precision::FP32}));
+  EXPECT_EQ(engine::gpu::allowed_precisions(Precision::FP32), (V{Precision::FP32}));
+  EXPECT_EQ(engine::gpu::allowed_precisions(Precision::TF32), (V{Precision::TF32}));
 }
 
 TEST(CudnnPrecisionChoice, FastestWinsATieGoesToTheNarrower) {
-  using engine::cudnn::choose_precision;
+  using engine::gpu::choose_precision;
   const auto slow_int8 = choose_precision(
       Precision::INT8, {{Precision::INT8, 2.0}, {Precision::FP16, 0.5}, {Precision::FP32, 1.0}}, 65536);
   EXPECT_EQ(slow_int8.chosen, 1u);

@@ -16,6 +16,7 @@
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
 #include "engine/custom/custom_backend.hpp"
+#include "engine/gpu/precision_choice.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
 #include "tests/common/test_models.hpp"
@@ -27,10 +28,12 @@ namespace {
 
 using formats::OpType;
 
-// The custom backend with the tensor-core chain's choices `tc`.
-std::unique_ptr<engine::Backend> custom_backend(const engine::custom::TcChainOptions& tc) {
+// The custom backend with the tensor-core chain's choices `tc`, running exactly the precision asked
+// (the default would time the precisions it allows and might run fp32: custom_precision_choice_test.cpp).
+std::unique_ptr<engine::Backend> custom_backend(const engine::custom::TcChainOptions& tc = {}) {
   engine::custom::CustomOptions options;
   options.tc = tc;
+  options.precision_choice = engine::gpu::PrecisionChoice::AsAsked;
   return engine::custom::make_custom_backend(options);
 }
 
@@ -92,6 +95,9 @@ TEST(CustomTcChain, MatchesReferenceEmulation) {
     for (auto f : tc_test::families()) {
       SCOPED_TRACE(std::string(engine::precision_name(p)) + " " + f.name);
       expect_matches_emulation(tc_test::family_model(f), p, 7000 + f.seed);
+      f.conv_pad = true;  // [1, 28, 28] that c1 pads by 2 (the zoo's LeNet-5s)
+      expect_matches_emulation(tc_test::family_model(f), p, 7050 + f.seed);
+      f.conv_pad = false;
       f.uint8 = true;  // the same member behind uint8 pixels padded by 2 (LeNet-5's input)
       f.name += "_uint8";
       expect_matches_emulation(tc_test::family_model(f), p, 7100 + f.seed);
@@ -119,8 +125,8 @@ TEST(CustomTcChain, SameBitsForAnyBatchSplit) {
   const auto model = tc_test::family_model(tc_test::families()[0]);
   const int n = 1000;
   const auto input = input_for(model, n, 7300);
-  const auto whole = testing_support::run_backend(model, "custom", input.data(), n, n, with(engine::Precision::FP16)).at(0);
-  const auto again = testing_support::run_backend(model, "custom", input.data(), n, n, with(engine::Precision::FP16)).at(0);
+  const auto whole = testing_support::run_backend(model, *custom_backend(), input.data(), n, n, with(engine::Precision::FP16)).at(0);
+  const auto again = testing_support::run_backend(model, *custom_backend(), input.data(), n, n, with(engine::Precision::FP16)).at(0);
   EXPECT_EQ(std::memcmp(whole.data(), again.data(), whole.size() * sizeof(float)), 0) << "not repeatable";
   const size_t units = whole.size() / n;
   // The generic kernel (activations read from the parameters) and tiles of 16 at every batch: the
@@ -133,7 +139,7 @@ TEST(CustomTcChain, SameBitsForAnyBatchSplit) {
   }
   int start = 0;
   for (int b : {1, 15, 16, 17, 951}) {
-    const auto part = testing_support::run_backend(model, "custom", input.data() + size_t(start) * 1024, b, 1000,
+    const auto part = testing_support::run_backend(model, *custom_backend(), input.data() + size_t(start) * 1024, b, 1000,
                                                    with(engine::Precision::FP16)).at(0);
     EXPECT_EQ(std::memcmp(part.data(), whole.data() + size_t(start) * units, part.size() * sizeof(float)), 0)
         << "images " << start << ".." << start + b - 1;
@@ -149,22 +155,62 @@ TEST(CustomTcChain, HugeBatch) {
   const auto model = tc_test::family_model(tc_test::families()[1]);
   for (const auto& bc : gpu_test::huge_batch_cases()) {
     const auto input = input_for(model, bc.batch, 7400);
-    const auto all = testing_support::run_backend(model, "custom", input.data(), bc.batch, bc.max_batch,
+    const auto all = testing_support::run_backend(model, *custom_backend(), input.data(), bc.batch, bc.max_batch,
                                                   with(engine::Precision::FP16)).at(0);
     size_t nan = 0;
     for (float v : all) nan += std::isnan(v);
     EXPECT_EQ(nan, 0u) << "batch " << bc.batch;
     const int tail = 37;
     const size_t units = all.size() / size_t(bc.batch);
-    const auto last = testing_support::run_backend(model, "custom", input.data() + size_t(bc.batch - tail) * 1024,
+    const auto last = testing_support::run_backend(model, *custom_backend(), input.data() + size_t(bc.batch - tail) * 1024,
                                                    tail, tail, with(engine::Precision::FP16)).at(0);
     EXPECT_EQ(std::memcmp(last.data(), all.data() + size_t(bc.batch - tail) * units, last.size() * sizeof(float)), 0)
         << "batch " << bc.batch;
   }
 }
 
+// A [1, 28, 28] input that c1 pads by 2 (the zoo's LeNet-5s: uint8 pixels, preprocessed, then the
+// padded convolution) runs the chain, which stages it with zeros around it: the same bits as the same
+// model with the padding in its preprocessing (models/lenet5.json's way), for float input as for
+// uint8, fp16, bf16 and int8 (the same calibration), both kernel versions; the plan says so.
+TEST(CustomTcChain, PaddedInputSameBitsAsPaddedModel) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  using O = engine::custom::TcChainOptions;
+  for (const engine::Precision p : {engine::Precision::FP16, engine::Precision::BF16, engine::Precision::INT8})
+    for (const bool u8 : {true, false})
+      for (const TcVariant& v : {TcVariant{"version 2", {}}, variant("version 1", &O::one_warp_per_tile)}) {
+        tc_test::Family f = tc_test::families()[u8 ? 0 : 1];
+        f.uint8 = u8;
+        f.conv_pad = true;
+        SCOPED_TRACE(f.name + (u8 ? " uint8 " : " float ") + engine::precision_name(p) + " " + v.name);
+        for (const int n : {1, 37, 1000}) {
+          const auto input = input_for(tc_test::family_model(f), n, 7700 + uint32_t(n));
+          auto padded = tc_test::family_model(f);
+          f.conv_pad = false;
+          auto unpadded = tc_test::family_model(f);
+          f.conv_pad = true;
+          if (p == engine::Precision::INT8) {
+            padded = tc_test::calibrated(padded, input.data(), n);
+            unpadded->calibration = padded->calibration;  // the same names, the same ranges
+          }
+          const auto backend = custom_backend(v.tc);
+          engine::CompileOptions o = with(p);
+          o.max_batch = n;
+          const auto exe = backend->compile(engine::plan_graph(padded), o);
+          EXPECT_NE(exe->plan_summary().find("input 28x28 zero-padded by 2 to 32x32 while staged"), std::string::npos)
+              << exe->plan_summary();
+          const auto got = testing_support::run_backend(padded, *backend, input.data(), n, n, with(p)).at(0);
+          const auto unpadded_input = u8 ? input : tc_test::padded_images(input, n);
+          const auto want =
+              testing_support::run_backend(unpadded, *backend, unpadded_input.data(), n, n, with(p)).at(0);
+          ASSERT_EQ(got.size(), want.size());
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "batch " << n;
+        }
+      }
+}
+
 std::string compile_error(const std::shared_ptr<formats::Model>& model, engine::CompileOptions options) {
-  auto backend = engine::BackendRegistry::instance().create("custom");
+  auto backend = custom_backend();
   try {
     backend->compile(engine::plan_graph(model), options);
   } catch (const std::invalid_argument& e) {
@@ -174,7 +220,7 @@ std::string compile_error(const std::shared_ptr<formats::Model>& model, engine::
 }
 
 std::string path_of(const std::shared_ptr<formats::Model>& model, engine::CompileOptions options) {
-  auto backend = engine::BackendRegistry::instance().create("custom");
+  auto backend = custom_backend();
   options.max_batch = 16;
   return backend->compile(engine::plan_graph(model), options)->execution_path();
 }
@@ -255,14 +301,14 @@ TEST(CustomTcChain, Int8SameBitsForAnyBatchSplit) {
   const auto input = input_for(tc_test::family_model(tc_test::families()[1]), n, 7600);
   const auto model = tc_test::calibrated(tc_test::family_model(tc_test::families()[1]), input.data(), n);
   const auto opts = with(engine::Precision::INT8);
-  const auto whole = testing_support::run_backend(model, "custom", input.data(), n, n, opts).at(0);
-  const auto again = testing_support::run_backend(model, "custom", input.data(), n, n, opts).at(0);
+  const auto whole = testing_support::run_backend(model, *custom_backend(), input.data(), n, n, opts).at(0);
+  const auto again = testing_support::run_backend(model, *custom_backend(), input.data(), n, n, opts).at(0);
   EXPECT_EQ(std::memcmp(whole.data(), again.data(), whole.size() * sizeof(float)), 0) << "not repeatable";
   const size_t units = whole.size() / n;
   int start = 0;
   for (int b : {1, 15, 16, 17, 951}) {
     const auto part =
-        testing_support::run_backend(model, "custom", input.data() + size_t(start) * 1024, b, 1000, opts).at(0);
+        testing_support::run_backend(model, *custom_backend(), input.data() + size_t(start) * 1024, b, 1000, opts).at(0);
     EXPECT_EQ(std::memcmp(part.data(), whole.data() + size_t(start) * units, part.size() * sizeof(float)), 0)
         << "images " << start << ".." << start + b - 1;
     start += b;
@@ -282,8 +328,8 @@ TEST(CustomTcChain, Lenet5OnMnist) {
   for (const auto& [p, max_dp] : {std::pair{engine::Precision::FP16, 1e-2}, std::pair{engine::Precision::BF16, 5e-2}}) {
     SCOPED_TRACE(engine::precision_name(p));
     std::string summary;
-    const auto got = gpu_test::run_all("custom", model, images, 1024, with(p), &summary);
-    const auto again = gpu_test::run_all("custom", model, images, 1024, with(p));
+    const auto got = gpu_test::run_all(*custom_backend(), model, images, 1024, with(p), &summary);
+    const auto again = gpu_test::run_all(*custom_backend(), model, images, 1024, with(p));
     const auto a = gpu_test::agreement(got, ref, classes);
     EXPECT_EQ(a.nan, 0u);
     EXPECT_GE(double(a.argmax_same), 0.999 * double(a.samples));
@@ -311,8 +357,8 @@ TEST(CustomTcChain, Lenet5Int8OnMnist) {
   const size_t classes = size_t(engine::plan_graph(model).output_elements(0));
   const auto ref = gpu_test::run_all("reference", model, images, 1024);
   std::string summary;
-  const auto got = gpu_test::run_all("custom", model, images, 1024, with(engine::Precision::INT8), &summary);
-  const auto again = gpu_test::run_all("custom", model, images, 1024, with(engine::Precision::INT8));
+  const auto got = gpu_test::run_all(*custom_backend(), model, images, 1024, with(engine::Precision::INT8), &summary);
+  const auto again = gpu_test::run_all(*custom_backend(), model, images, 1024, with(engine::Precision::INT8));
   const auto a = gpu_test::agreement(got, ref, classes);
   EXPECT_EQ(a.nan, 0u);
   EXPECT_GE(double(a.argmax_same), 0.995 * double(a.samples));

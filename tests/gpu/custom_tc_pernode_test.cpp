@@ -17,6 +17,9 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/core/registry.hpp"
+#include "engine/custom/custom_backend.hpp"
+#include "engine/custom/tc_gemm.hpp"
+#include "engine/gpu/precision_choice.hpp"
 #include "formats/model.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
@@ -32,6 +35,14 @@ using gpu_test::conv_attrs;
 using testing_support::ModelBuilder;
 using testing_support::single_op_model;
 using testing_support::window;
+
+// The custom backend running exactly the precision asked (the default times the precisions it allows
+// and might run fp32: custom_precision_choice_test.cpp).
+std::unique_ptr<engine::Backend> as_asked() {
+  engine::custom::CustomOptions options;
+  options.precision_choice = engine::gpu::PrecisionChoice::AsAsked;
+  return engine::custom::make_custom_backend(options);
+}
 
 engine::CompileOptions with(engine::Precision p) {
   engine::CompileOptions o;
@@ -118,7 +129,7 @@ TEST(CustomTcPerNode, MatchesReferenceEmulation) {
         const auto input = input_for(base, bc.batch, 9100 + uint32_t(bc.batch));
         const auto model =
             p == engine::Precision::INT8 ? tc_test::calibrated(base, input.data(), bc.batch) : base;
-        const auto r = testing_support::compare_with_cpu(model, "custom", input.data(), bc.batch, bc.max_batch, with(p));
+        const auto r = testing_support::compare_with_cpu(model, *as_asked(), input.data(), bc.batch, bc.max_batch, with(p));
         EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
         EXPECT_LE(r.max_rel_error, tolerance(p)) << "batch " << bc.batch << ", worst " << r.worst;
         worst = std::max(worst, r.max_rel_error);
@@ -132,7 +143,7 @@ TEST(CustomTcPerNode, MatchesReferenceEmulation) {
 TEST(CustomTcPerNode, NoFuseRunsPerNode) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const auto model = tc_test::family_model(tc_test::Family{});
-  auto backend = engine::BackendRegistry::instance().create("custom");
+  auto backend = as_asked();
   engine::CompileOptions o = with(engine::Precision::FP16);
   o.fuse = false;
   o.max_batch = 64;
@@ -142,8 +153,8 @@ TEST(CustomTcPerNode, NoFuseRunsPerNode) {
             std::string::npos)
       << exe->execution_path();
   const auto input = input_for(model, 37, 9200);
-  const auto chain = testing_support::run_backend(model, "custom", input.data(), 37, 64, with(engine::Precision::FP16)).at(0);
-  const auto pernode = testing_support::run_backend(model, "custom", input.data(), 37, 64, o).at(0);
+  const auto chain = testing_support::run_backend(model, *as_asked(), input.data(), 37, 64, with(engine::Precision::FP16)).at(0);
+  const auto pernode = testing_support::run_backend(model, *as_asked(), input.data(), 37, 64, o).at(0);
   double worst = 0;
   for (size_t i = 0; i < chain.size(); ++i) worst = std::max(worst, double(std::fabs(chain[i] - pernode[i])));
   EXPECT_LE(worst, 1e-2);
@@ -160,18 +171,36 @@ TEST(CustomTcPerNode, SameBitsForAnyBatchSplit) {
   for (const engine::Precision p : {engine::Precision::FP16, engine::Precision::INT8}) {
     SCOPED_TRACE(engine::precision_name(p));
     const auto model = p == engine::Precision::INT8 ? tc_test::calibrated(base, input.data(), n) : base;
-    const auto whole = testing_support::run_backend(model, "custom", input.data(), n, n, with(p)).at(0);
-    const auto again = testing_support::run_backend(model, "custom", input.data(), n, n, with(p)).at(0);
+    const auto whole = testing_support::run_backend(model, *as_asked(), input.data(), n, n, with(p)).at(0);
+    const auto again = testing_support::run_backend(model, *as_asked(), input.data(), n, n, with(p)).at(0);
     EXPECT_EQ(std::memcmp(whole.data(), again.data(), whole.size() * sizeof(float)), 0) << "not repeatable";
     const size_t units = whole.size() / n;
     int start = 0;
     for (int b : {1, 63, 64, 65, 807}) {
       const auto part =
-          testing_support::run_backend(model, "custom", input.data() + size_t(start) * per, b, n, with(p)).at(0);
+          testing_support::run_backend(model, *as_asked(), input.data() + size_t(start) * per, b, n, with(p)).at(0);
       EXPECT_EQ(std::memcmp(part.data(), whole.data() + size_t(start) * units, part.size() * sizeof(float)), 0)
           << "images " << start << ".." << start + b - 1;
       start += b;
     }
+  }
+}
+
+// Wide blocks (128 channels) run a layer where their grid has 512 blocks (tc_gemm.hpp: the mlp's
+// 784 -> 100 layer from 32,705 samples), narrow ones (32 channels) below: a batch on either side, the
+// same bits for the same samples, in every precision.
+TEST(CustomTcPerNode, WideAndNarrowBlocksSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  const auto base = models()[6];  // mlp
+  const int n = 32768 + 5, head = 1000;
+  ASSERT_TRUE(engine::custom::tc_gemm_wide(100, n) && !engine::custom::tc_gemm_wide(100, head));
+  const auto input = input_for(base, n, 9450);
+  for (const engine::Precision p : {engine::Precision::FP16, engine::Precision::BF16, engine::Precision::INT8}) {
+    SCOPED_TRACE(engine::precision_name(p));
+    const auto model = p == engine::Precision::INT8 ? tc_test::calibrated(base, input.data(), head) : base;
+    const auto wide = testing_support::run_backend(model, *as_asked(), input.data(), n, n, with(p)).at(0);
+    const auto narrow = testing_support::run_backend(model, *as_asked(), input.data(), head, head, with(p)).at(0);
+    EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), narrow.size() * sizeof(float)), 0);
   }
 }
 
@@ -182,7 +211,7 @@ TEST(CustomTcPerNode, HugeBatch) {
   const auto model = models()[6];  // mlp
   for (const auto& bc : gpu_test::huge_batch_cases()) {
     const auto input = input_for(model, bc.batch, 9400);
-    const auto r = testing_support::compare_with_cpu(model, "custom", input.data(), bc.batch, bc.max_batch,
+    const auto r = testing_support::compare_with_cpu(model, *as_asked(), input.data(), bc.batch, bc.max_batch,
                                                      with(engine::Precision::FP16));
     EXPECT_EQ(r.unwritten, 0u) << "batch " << bc.batch;
     EXPECT_LE(r.max_rel_error, tolerance(engine::Precision::FP16)) << "batch " << bc.batch;
@@ -193,7 +222,7 @@ TEST(CustomTcPerNode, HugeBatch) {
 // this path too.
 TEST(CustomTcPerNode, PlanAndRefusals) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
-  auto backend = engine::BackendRegistry::instance().create("custom");
+  auto backend = as_asked();
   const auto model = models()[5];
   engine::CompileOptions o = with(engine::Precision::BF16);
   o.max_batch = 16;
@@ -249,8 +278,8 @@ TEST(CustomTcPerNode, SeedModelsOnMnist) {
                                     std::pair{engine::Precision::INT8, 0.0}}) {
       SCOPED_TRACE(engine::precision_name(p));
       std::string summary;
-      const auto got = gpu_test::run_all("custom", model, images, 1024, with(p), &summary);
-      const auto again = gpu_test::run_all("custom", model, images, 1024, with(p));
+      const auto got = gpu_test::run_all(*as_asked(), model, images, 1024, with(p), &summary);
+      const auto again = gpu_test::run_all(*as_asked(), model, images, 1024, with(p));
       const auto a = gpu_test::agreement(got, ref, classes);
       EXPECT_EQ(a.nan, 0u);
       EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0) << "not bitwise repeatable";

@@ -1,7 +1,8 @@
 #pragma once
 // Members of the tensor-core chain's family (engine/custom/fused/tc_chain_params.hpp) built in code:
 // any channel and unit counts within its limits, any activations and pools, with or without the
-// softmax; float32 input [1, 32, 32] or uint8 [1, 28, 28] padded by 2, as LeNet-5's.
+// softmax; float32 input [1, 32, 32], uint8 [1, 28, 28] padded by 2 in the preprocessing (as
+// models/lenet5.json), or float32 [1, 28, 28] that the first convolution pads by 2 (as the zoo's LeNet-5s).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,18 +25,21 @@ struct Family {
   OpType pool1 = OpType::AvgPool, pool3 = OpType::AvgPool;
   bool softmax = true;
   bool uint8 = false;
+  bool conv_pad = false;  // a [1, 28, 28] input (float32, or uint8 not padded by the preprocessing), c1 padded by 2
   uint32_t seed = 1;
 };
 
 inline std::shared_ptr<formats::Model> family_model(const Family& f) {
   using testing_support::window;
-  testing_support::ModelBuilder b(f.name, f.uint8 ? formats::Shape{1} : formats::Shape{1, 32, 32});
+  testing_support::ModelBuilder b(f.name, f.uint8      ? formats::Shape{1}
+                                          : f.conv_pad ? formats::Shape{1, 28, 28}
+                                                       : formats::Shape{1, 32, 32});
   if (f.uint8) {
     formats::Preprocess p;
     p.scale = 1.0f / 255.0f;
     p.mean = {0.1307f};
     p.std = {0.3081f};
-    p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 2;
+    if (!f.conv_pad) p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 2;
     b.uint8_input({1, 28, 28}, p);
   }
   std::string last = "x";
@@ -44,7 +48,7 @@ inline std::shared_ptr<formats::Model> family_model(const Family& f) {
     b.unary(name, *a, last);
     last = name;
   };
-  b.conv2d("c1", last, 1, f.c1, window(5, 5, 1, 1), f.seed);
+  b.conv2d("c1", last, 1, f.c1, f.conv_pad ? window(5, 5, 1, 1, 2, 2, 2, 2) : window(5, 5, 1, 1), f.seed);
   last = "c1";
   act(f.act1, "a1");
   b.pool("p1", f.pool1, last, window(2, 2, 2, 2));
@@ -103,6 +107,15 @@ inline std::vector<Family> families() {
   c.seed = 61;
   v.push_back(c);
   return v;
+}
+
+// Images [n][28][28] as the [n][32][32] that a first convolution padded by 2 reads: zeros around them.
+inline std::vector<float> padded_images(const std::vector<float>& x, int n) {
+  std::vector<float> out(size_t(n) * 32 * 32, 0.0f);
+  for (int i = 0; i < n; ++i)
+    for (int r = 0; r < 28; ++r)
+      std::copy_n(x.data() + (size_t(i) * 28 + size_t(r)) * 28, 28, out.data() + (size_t(i) * 32 + size_t(r) + 2) * 32 + 2);
+  return out;
 }
 
 // The model with a calibration of `n` samples of `input` (raw: floats, or uint8 bytes), as engine

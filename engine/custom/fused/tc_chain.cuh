@@ -370,6 +370,25 @@ __host__ __device__ __forceinline__ void dense_part(const TcChainParams& P, cons
   }
 }
 
+// Staging an image's input for c1 (versions 2 and int8): a lane holds float4 k of the image, from
+// x [n][32][32] (8 per lane) or x [n][28][28] (196 in all: lanes past them hold none for k = 6),
+// and stores it at element staged_at() of the [32][32] buffer, whose zero margin a padded input
+// leaves untouched.
+__host__ __device__ __forceinline__ bool staged_holds(bool padded, int lane, int k) {
+  return !padded || lane + 32 * k < kPaddedVec4;
+}
+__host__ __device__ __forceinline__ int staged_at(bool padded, int lane, int k) {
+  const int i = lane + 32 * k;
+  return padded ? (i / (kInPadded / 4) + kInPad) * kIn + (i % (kInPadded / 4)) * 4 + kInPad : 4 * i;
+}
+__host__ __device__ __forceinline__ void fetch_image(const float* __restrict__ x, int img, bool padded, int lane,
+                                                     float4 (&pf)[8]) {
+  const float4* src = reinterpret_cast<const float4*>(x + size_t(img) * (padded ? kPaddedVec4 * 4 : kIn * kIn));
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (staged_holds(padded, lane, k)) pf[k] = src[lane + 32 * k];
+}
+
 // Version 1: 4 warps per block, each a 16-image tile of its own; the input (fp32) by cp.async.
 template <class T, bool kFast, int kSig>
 __host__ __device__ __forceinline__ void tc_solo_body(const float* __restrict__ x, const TcChainParams& P,
@@ -384,14 +403,27 @@ __host__ __device__ __forceinline__ void tc_solo_body(const float* __restrict__ 
   ConvRegs r;
   load_conv_regs(P, c3in, tile, lane, r);
   sync_block();  // every warp's copies of the dense weights have landed (each waited for its own)
-  auto request_input = [&](const float* src) {  // one image (4 KB): 8 copies of 16 B per lane
-    for (int i = 0; i < 8; ++i) copy16(in + 4 * (lane + 32 * i), src + 4 * (lane + 32 * i));
+  const bool padded = P.padded_input != 0;
+  const int image_floats = padded ? kInPadded * kInPadded : kIn * kIn;
+  if (padded) {  // the margin stays zero: copies write only the [28][28] inside
+    for (int k = lane; k < kIn * kIn; k += 32) in[k] = 0.0f;
+    sync_warp();  // before any lane's copy lands inside
+  }
+  auto request_input = [&](const float* src) {
+    if (!padded) {  // one image (4 KB): 8 copies of 16 B per lane
+      for (int i = 0; i < 8; ++i) copy16(in + 4 * (lane + 32 * i), src + 4 * (lane + 32 * i));
+    } else {  // 28 rows of 14 copies of 8 B (the padded rows start 8 B off a 16-byte boundary)
+      for (int i = lane; i < kInPadded * kInPadded / 2; i += 32) {
+        const int row = i / (kInPadded / 2), col = 2 * (i % (kInPadded / 2));
+        copy_async<8>(in + (row + kInPad) * kIn + kInPad + col, src + row * kInPadded + col);
+      }
+    }
     copies_commit();
   };
   const int groups = (n + 15) / 16;
   const int stride = blocks * kSoloWarps;
   int group = block * kSoloWarps + warp;
-  if (group < groups) request_input(x + size_t(group) * 16 * kIn * kIn);
+  if (group < groups) request_input(x + size_t(group) * 16 * image_floats);
   for (; group < groups; group += stride) {
     const int base = group * 16;
     for (int i = 0; i < 16; ++i) {
@@ -406,7 +438,7 @@ __host__ __device__ __forceinline__ void tc_solo_body(const float* __restrict__ 
       conv_c1<T, kFast, 1, kSig>(in, c3in, r, P, lane);
       sync_warp();  // c1 has read the input and written c3's
       const int next = i + 1 < 16 ? img + 1 : (group + stride) * 16;
-      if (next < n && (i + 1 < 16 || group + stride < groups)) request_input(x + size_t(next) * kIn * kIn);
+      if (next < n && (i + 1 < 16 || group + stride < groups)) request_input(x + size_t(next) * image_floats);
       conv_c3<T, kFast, 1, kSig>(c3in, row, r, P, lane);
       sync_warp();  // c3 is done with c3in before the next image's c1 writes it
     }
@@ -448,6 +480,9 @@ __host__ __device__ __forceinline__ void tc_pair_body(const float* __restrict__ 
   // Rows a smaller tile never writes hold zeros, not whatever the shared memory held (their results
   // are dropped either way: each row of a GEMM is computed alone).
   for (int k = lane + 32 * half; k < 16 * kTilePitch; k += 64) tile[k] = Operand<T>::from_float(0.0f);
+  const bool padded = P.padded_input != 0;
+  if (padded)  // the margin stays zero: store_input writes only the [28][28] inside
+    for (int k = lane; k < kIn * kIn; k += 32) in[k] = Operand<T>::from_float(0.0f);
   sync_block();
   const int groups = (n + tile_images - 1) / tile_images;
   const int stride = blocks * (kPairWarps / 2);
@@ -456,15 +491,12 @@ __host__ __device__ __forceinline__ void tc_pair_body(const float* __restrict__ 
     return i + 1 < H ? group * tile_images + H * half + i + 1 : (group + stride) * tile_images + H * half;
   };
   float4 pf[8];
-  auto fetch = [&](int img) {  // the image's 4 KB, 8 float4 per lane, into registers
-    const float4* src = reinterpret_cast<const float4*>(x + size_t(img) * kIn * kIn);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) pf[k] = src[lane + 32 * k];
-  };
-  auto store_input = [&] {  // the fetched image into `in` as T
+  auto fetch = [&](int img) { fetch_image(x, img, padded, lane, pf); };  // into registers
+  auto store_input = [&] {  // the fetched image into `in` as T (a padded row's pairs: 4-byte aligned)
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      unsigned* dst = reinterpret_cast<unsigned*>(in + 4 * (lane + 32 * k));
+      if (!staged_holds(padded, lane, k)) continue;
+      unsigned* dst = reinterpret_cast<unsigned*>(in + staged_at(padded, lane, k));
       dst[0] = Operand<T>::pack(pf[k].x, pf[k].y);
       dst[1] = Operand<T>::pack(pf[k].z, pf[k].w);
     }

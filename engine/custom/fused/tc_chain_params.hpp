@@ -8,7 +8,9 @@
 //   -> act -> pool 2x2/2 -> flatten (<= 400) -> dense (<= 128 units) -> act -> dense (<= 96) -> act
 //   -> dense (<= 16) -> [act] -> [softmax]
 //
-// act: none, relu, tanh or sigmoid; pool: average or max; no padding, stride 1 convolutions. Smaller
+// act: none, relu, tanh or sigmoid; pool: average or max; stride 1 convolutions, no padding but c1's
+// on a [1][28][28] input (padded by 2 on each side: the same [32][32], zero-padded while the kernel
+// stages the image in shared memory; the zoo's LeNet-5s). Smaller
 // layers are zero-padded to these sizes at plan time (a zero weight row or column adds nothing).
 // tc_chain_plan.cpp decides whether a graph has this shape and says why not; tc_chain.cuh holds the
 // 16-bit layers, tc_int8_chain.cuh the int8 ones (docs/design/custom-tensor-core.md). Plain structs: included from .cu files and host code.
@@ -16,7 +18,9 @@
 
 namespace engine::custom::tc {
 
-inline constexpr int kIn = 32;                // input [32][32]
+inline constexpr int kIn = 32;                // input [32][32] (as c1 reads it)
+inline constexpr int kInPadded = 28, kInPad = 2;  // or input [28][28], c1 padding it by 2 on each side
+inline constexpr int kPaddedVec4 = kInPadded * kInPadded / 4;  // its float4s per image: 196 (7 per row)
 inline constexpr int kP1 = 14;                // c1's output 28x28, pooled 14x14
 inline constexpr int kC1Out = 8;              // c1's channels, padded
 inline constexpr int kC1Pitch = 40;           // elements per c1 weight row [8 oc][32 taps] (80 B: ldmatrix rows on distinct banks)
@@ -71,6 +75,7 @@ struct TcChainParams {
   int pool_max[2] = {};      // 1: the pool after c1 / c3 takes the maximum, 0: the average
   int units = 10;            // the last layer's units (<= 16): floats per image of the output
   int softmax = 1;           // 1: the output is the softmax of the last layer's (activated) values
+  int padded_input = 0;      // 1: x is [n][28][28], staged into [32][32] with zeros around it
 };
 
 // int8 (--precision int8; the same family, with the model's calibration): the operands int8, sums
@@ -123,6 +128,7 @@ struct TcInt8Params {
   int pool_max[2] = {};
   int units = 10;
   int softmax = 1;
+  int padded_input = 0;      // as TcChainParams (the zeros quantize to 0)
 };
 
 }  // namespace engine::custom::tc

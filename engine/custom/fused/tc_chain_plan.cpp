@@ -122,14 +122,16 @@ class Matcher {
   size_t at_ = 0;
 };
 
-void check_window(const formats::Node& n, int k, int s) {
+// The window k x k, stride s, padded by `pad` on every side (`pad_text` names where padding is allowed).
+void check_window(const formats::Node& n, int k, int s, int pad = 0,
+                  const char* pad_text = "without padding") {
   const formats::Window2D& w = n.window;
-  if (w.kernel_h != k || w.kernel_w != k || w.stride_h != s || w.stride_w != s || w.pad_top || w.pad_bottom ||
-      w.pad_left || w.pad_right)
+  if (w.kernel_h != k || w.kernel_w != k || w.stride_h != s || w.stride_w != s || w.pad_top != pad ||
+      w.pad_bottom != pad || w.pad_left != pad || w.pad_right != pad)
     throw NotOfFamily{fmt::format("{}: window {}x{} stride {}x{} padding [{},{},{},{}]; the family has {}x{} stride "
-                                  "{} without padding",
+                                  "{} {}",
                                   node_text(n), w.kernel_h, w.kernel_w, w.stride_h, w.stride_w, w.pad_top,
-                                  w.pad_bottom, w.pad_left, w.pad_right, k, k, s)};
+                                  w.pad_bottom, w.pad_left, w.pad_right, k, k, s, pad_text)};
 }
 
 float checked(float v, bool bf16, const formats::Node& n) {
@@ -249,6 +251,7 @@ void plan_int8(const Graph& g, const int (&reads)[5], std::array<const formats::
   Q.pool_max[1] = plan.params.pool_max[1];
   Q.units = plan.params.units;
   Q.softmax = plan.params.softmax;
+  Q.padded_input = plan.params.padded_input;
 }
 
 }  // namespace
@@ -262,14 +265,20 @@ std::variant<TcChainPlan, TcRefusal> plan_tc_chain(const Graph& g, TcOperands op
     TcChainParams& P = plan.params;
     int reads[5];  // the value each conv / dense reads
     Matcher m(chain_of(g));
+    // The input: [1, 32, 32], or [1, 28, 28] that c1 pads by 2 (the same [32][32] as c1 reads it;
+    // the kernel stages it with zeros around it).
     const Value& input = g.value(g.input);
-    if (input.shape != formats::Shape{1, kIn, kIn})
-      throw NotOfFamily{fmt::format("the input is {}; the family's is [1, 32, 32] (e.g. 28x28 padded by 2)",
+    const bool padded = input.shape == formats::Shape{1, kInPadded, kInPadded};
+    if (input.shape != formats::Shape{1, kIn, kIn} && !padded)
+      throw NotOfFamily{fmt::format("the input is {}; the family's is [1, 32, 32], or [1, 28, 28] that the first "
+                                    "convolution pads by 2",
                                     formats::shape_to_string(input.shape))};
     // c1
     const formats::Node& c1 = m.expect(OpType::Conv2D, "a 5x5 convolution");
     reads[0] = m.last_input();
-    check_window(c1, 5, 1);
+    if (padded) check_window(c1, 5, 1, kInPad, "padded by 2 on each side on a [1, 28, 28] input");
+    else check_window(c1, 5, 1);
+    P.padded_input = padded ? 1 : 0;
     const int C1 = c1.out_channels;
     if (C1 > kC1Out)
       throw NotOfFamily{fmt::format("{}: {} output channels; the family's first convolution has at most {}",
@@ -346,7 +355,8 @@ std::variant<TcChainPlan, TcRefusal> plan_tc_chain(const Graph& g, TcOperands op
     plan.output_value = g.outputs[0];
     auto pool = [](int max) { return max ? "maxpool" : "avgpool"; };
     plan.layers = fmt::format(
-        "conv 5x5 1->{}{} + {}, conv 5x5 {}->{}{} + {}, dense {}->{}{}, {}->{}{}, {}->{}{}{}", C1,
+        "{}conv 5x5 1->{}{} + {}, conv 5x5 {}->{}{} + {}, dense {}->{}{}, {}->{}{}, {}->{}{}{}",
+        P.padded_input ? "input 28x28 zero-padded by 2 to 32x32 while staged, " : "", C1,
         act_text(P.act[0]), pool(P.pool_max[0]), C1, C3, act_text(P.act[1]), pool(P.pool_max[1]), C3 * 25, f5.units,
         act_text(P.act[2]), f5.units, f6.units, act_text(P.act[3]), f6.units, f7.units, act_text(P.act[4]),
         P.softmax ? " + softmax" : "");

@@ -298,6 +298,9 @@ __host__ __device__ __forceinline__ void tc_int8_body(const float* __restrict__ 
   // zero-weight taps' row 14 and column 14, 15).
   for (int k = lane + 32 * half; k < 16 * kQF5Pitch; k += 64) tile[k] = 0;
   for (int k = lane; k < kQC3InBuf; k += 32) c3a[k] = 0;
+  const bool padded = P.padded_input != 0;
+  if (padded)  // the margin stays zero (q = 0): store_input writes only the [28][28] inside
+    for (int k = lane; k < kIn * kIn; k += 32) in[k] = 0;
   sync_block();
   const int groups = (n + tile_images - 1) / tile_images;
   const int stride = blocks * kQPairs;
@@ -306,16 +309,21 @@ __host__ __device__ __forceinline__ void tc_int8_body(const float* __restrict__ 
   };
   const float s_in = P.in_inv[0];
   float4 pf[8];
-  auto fetch = [&](int img) {
-    const float4* src = reinterpret_cast<const float4*>(x + size_t(img) * kIn * kIn);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) pf[k] = src[lane + 32 * k];
-  };
+  auto fetch = [&](int img) { fetch_image(x, img, padded, lane, pf); };
   auto store_input = [&] {  // the fetched image into `in`, quantized with c1's input scale
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      *reinterpret_cast<unsigned*>(in + 4 * (lane + 32 * k)) =
-          pack4(quantize(pf[k].x, s_in), quantize(pf[k].y, s_in), quantize(pf[k].z, s_in), quantize(pf[k].w, s_in));
+    for (int k = 0; k < 8; ++k) {
+      if (!staged_holds(padded, lane, k)) continue;
+      int8_t* dst = in + staged_at(padded, lane, k);
+      const int q0 = quantize(pf[k].x, s_in), q1 = quantize(pf[k].y, s_in);
+      const int q2 = quantize(pf[k].z, s_in), q3 = quantize(pf[k].w, s_in);
+      if (!padded) {
+        *reinterpret_cast<unsigned*>(dst) = pack4(q0, q1, q2, q3);
+      } else {  // a padded row's quads start 2 bytes off a 4-byte boundary
+        reinterpret_cast<unsigned short*>(dst)[0] = pack2(q0, q1);
+        reinterpret_cast<unsigned short*>(dst)[1] = pack2(q2, q3);
+      }
+    }
   };
   int group = block * kQPairs + pair;
   if (group < groups && group * tile_images + H * half < n) {

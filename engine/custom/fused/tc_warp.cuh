@@ -265,14 +265,16 @@ __host__ __device__ __forceinline__ void pair_sync(int pair) {
 #endif
 }
 
-// cp.async of 16 bytes; on the host a plain copy (complete at once).
-__host__ __device__ __forceinline__ void copy16(void* dst, const void* src) {
+// cp.async of kBytes (4, 8 or 16); on the host a plain copy (complete at once).
+template <int kBytes>
+__host__ __device__ __forceinline__ void copy_async(void* dst, const void* src) {
 #ifdef __CUDA_ARCH__
-  __pipeline_memcpy_async(dst, src, 16);
+  __pipeline_memcpy_async(dst, src, kBytes);
 #else
-  std::memcpy(dst, src, 16);
+  std::memcpy(dst, src, kBytes);
 #endif
 }
+__host__ __device__ __forceinline__ void copy16(void* dst, const void* src) { copy_async<16>(dst, src); }
 __host__ __device__ __forceinline__ void copies_commit() {
 #ifdef __CUDA_ARCH__
   __pipeline_commit();

@@ -12,6 +12,7 @@
 #include <thread>
 #include <type_traits>
 #include <variant>
+#include <utility>
 #include <vector>
 
 #include "engine/core/graph.hpp"
@@ -94,7 +95,27 @@ std::vector<float> run_emulated_int8(const tc::TcChainPlan& plan, const std::vec
   return y;
 }
 
-struct Run {
+tc::TcOperands operands_of(engine::Precision p) {
+  return p == engine::Precision::INT8 ? tc::TcOperands::INT8
+         : p == engine::Precision::BF16 ? tc::TcOperands::BF16
+                                        : tc::TcOperands::FP16;
+}
+
+// The kernel body the run asks for on the plan of `model`.
+std::vector<float> run_plan(const std::shared_ptr<formats::Model>& model, engine::Precision p,
+                            const std::vector<float>& x, int images, int version, int blocks, int tile_images) {
+  auto planned = tc::plan_tc_chain(engine::plan_graph(model), operands_of(p));
+  if (!std::holds_alternative<tc::TcChainPlan>(planned)) {
+    ADD_FAILURE() << std::get<tc::TcRefusal>(planned).why;
+    return {};
+  }
+  const auto& plan = std::get<tc::TcChainPlan>(planned);
+  if (p == engine::Precision::INT8) return run_emulated_int8(plan, x, images, blocks, tile_images);
+  if (p == engine::Precision::BF16) return run_emulated<__nv_bfloat16>(plan, x, images, version, blocks, tile_images);
+  return run_emulated<__half>(plan, x, images, version, blocks, tile_images);
+}
+
+struct EmuRun {
   engine::Precision precision;
   int version;
   int images;
@@ -102,19 +123,12 @@ struct Run {
   int tile_images = 16;  // version 2
 };
 
-void expect_matches_reference(const tc_test::Family& f, const Run& run) {
+void expect_matches_reference(const tc_test::Family& f, const EmuRun& run) {
   const bool bf16 = run.precision == engine::Precision::BF16, int8 = run.precision == engine::Precision::INT8;
-  const auto x = testing_support::random_floats(size_t(run.images) * 1024, 900 + f.seed, -1.0f, 1.0f);
+  const auto x = testing_support::random_floats(size_t(run.images) * (f.conv_pad ? 784 : 1024), 900 + f.seed, -1.0f, 1.0f);
   auto model = tc_test::family_model(f);
   if (int8) model = tc_test::calibrated(model, x.data(), run.images);
-  auto planned = tc::plan_tc_chain(engine::plan_graph(model), int8   ? tc::TcOperands::INT8
-                                                              : bf16 ? tc::TcOperands::BF16
-                                                                     : tc::TcOperands::FP16);
-  ASSERT_TRUE(std::holds_alternative<tc::TcChainPlan>(planned)) << std::get<tc::TcRefusal>(planned).why;
-  const auto& plan = std::get<tc::TcChainPlan>(planned);
-  const auto got = int8   ? run_emulated_int8(plan, x, run.images, run.blocks, run.tile_images)
-                   : bf16 ? run_emulated<__nv_bfloat16>(plan, x, run.images, run.version, run.blocks, run.tile_images)
-                          : run_emulated<__half>(plan, x, run.images, run.version, run.blocks, run.tile_images);
+  const auto got = run_plan(model, run.precision, x, run.images, run.version, run.blocks, run.tile_images);
   engine::CompileOptions options;
   options.precision = run.precision;
   const auto ref = testing_support::run_backend(model, "reference", x.data(), run.images, run.images, options).at(0);
@@ -164,6 +178,38 @@ TEST(CustomTcChainEmulated, Int8MatchesReferenceEmulation) {
   expect_matches_reference(tc_test::families()[0], {engine::Precision::INT8, 2, 21, 1});
   expect_matches_reference(tc_test::families()[2], {engine::Precision::INT8, 2, 19, 2, 4});
   expect_matches_reference(tc_test::families()[3], {engine::Precision::INT8, 2, 9, 1});
+}
+
+// A [1, 28, 28] input that c1 pads by 2 (the zoo's LeNet-5s): the kernel stages it into [32][32]
+// with zeros around it, so its outputs are the bits of the same model with the padding moved into a
+// [1, 32, 32] input; and it matches the reference's emulation. Both kernel versions, bf16 and int8.
+TEST(CustomTcChainEmulated, PaddedInputSameBitsAsPaddedModel) {
+  const std::pair<EmuRun, int> runs[] = {{{engine::Precision::FP16, 2, 11, 1, 6}, 0},
+                                         {{engine::Precision::FP16, 2, 9, 2, 4}, 1},
+                                         {{engine::Precision::BF16, 2, 7, 1, 4}, 1},
+                                         {{engine::Precision::FP16, 1, 5, 1}, 0},
+                                         {{engine::Precision::INT8, 2, 9, 2, 4}, 1},
+                                         {{engine::Precision::INT8, 2, 7, 1, 4}, 0}};
+  for (const auto& [run, member] : runs) {
+    tc_test::Family f = tc_test::families()[size_t(member)];
+    f.conv_pad = true;
+    f.name += "_conv_pad";
+    SCOPED_TRACE(f.name + " " + engine::precision_name(run.precision) + " v" + std::to_string(run.version));
+    expect_matches_reference(f, run);
+    const auto x = testing_support::random_floats(size_t(run.images) * 784, 950 + f.seed, -1.0f, 1.0f);
+    auto padded = tc_test::family_model(f);
+    f.conv_pad = false;
+    auto unpadded = tc_test::family_model(f);
+    if (run.precision == engine::Precision::INT8) {
+      padded = tc_test::calibrated(padded, x.data(), run.images);
+      unpadded->calibration = padded->calibration;  // the same names, the same ranges
+    }
+    const auto got = run_plan(padded, run.precision, x, run.images, run.version, run.blocks, run.tile_images);
+    const auto want = run_plan(unpadded, run.precision, tc_test::padded_images(x, run.images), run.images,
+                               run.version, run.blocks, run.tile_images);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(CustomTcChainEmulated, Version1Fp16) {

@@ -7,6 +7,7 @@
 // tiles, several blocks; outputs poisoned with NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -60,6 +61,8 @@ std::vector<Case> cases() {
       {"dense 77 -> 13", dense(77, 13), 70, Activation::Sigmoid},
       {"dense 130 -> 40", dense(130, 40), 5, Activation::None},
       {"dense 130 -> 40, 300 samples (5 row tiles, a partial last one)", dense(130, 40), 300, Activation::Tanh},
+      {"dense 70 -> 150 (two wide column tiles, a partial second)", dense(70, 150), 67, Activation::Relu},
+      {"dense 100 -> 150 (rows of 16-byte loads, a partial last stage)", dense(100, 150), 67, Activation::None},
   };
 }
 
@@ -69,12 +72,13 @@ float round_op(float v, TcGemmOperands ops) {
 
 float act(float v, Activation a) { return tc::tc_gemm_act(v, a); }
 
-// Runs the body of every block of the launch on emulated warps.
+// Runs the body of every block of the launch on emulated warps, with blocks of `cols` channels.
+template <int kCols>
 std::vector<float> run_emulated(const TcGemmArgs& a, TcGemmOperands ops, int n) {
   const long long rows = (long long)n * a.shape.out_height * a.shape.out_width;
   const int blocks_m = int((rows + engine::custom::kTcGemmRows - 1) / engine::custom::kTcGemmRows);
-  const int blocks_n = (a.shape.out_channels + engine::custom::kTcGemmCols - 1) / engine::custom::kTcGemmCols;
-  std::vector<float4> smem(engine::custom::kTcGemmSmemBytes / 16);
+  const int blocks_n = (a.shape.out_channels + kCols - 1) / kCols;
+  std::vector<float4> smem(size_t(engine::custom::tc_gemm_smem_bytes(kCols)) / 16);
   for (int bm = 0; bm < blocks_m; ++bm)
     for (int bn = 0; bn < blocks_n; ++bn) {
       tc::EmuBlock emu(engine::custom::kTcGemmThreads);
@@ -85,9 +89,9 @@ std::vector<float> run_emulated(const TcGemmArgs& a, TcGemmOperands ops, int n) 
           tc::emu_thread = tid;
           auto* s = reinterpret_cast<unsigned char*>(smem.data());
           switch (ops) {
-            case TcGemmOperands::FP16: tc::tc_gemm_block<0>(a, n, bm, bn, tid, s); break;
-            case TcGemmOperands::BF16: tc::tc_gemm_block<1>(a, n, bm, bn, tid, s); break;
-            case TcGemmOperands::INT8: tc::tc_gemm_block<2>(a, n, bm, bn, tid, s); break;
+            case TcGemmOperands::FP16: tc::tc_gemm_block<0, kCols>(a, n, bm, bn, tid, s); break;
+            case TcGemmOperands::BF16: tc::tc_gemm_block<1, kCols>(a, n, bm, bn, tid, s); break;
+            case TcGemmOperands::INT8: tc::tc_gemm_block<2, kCols>(a, n, bm, bn, tid, s); break;
           }
         });
       for (auto& t : pool) t.join();
@@ -123,7 +127,11 @@ TEST_P(TcGemmEmulated, MatchesPlainHostArithmetic) {
     a.x = x.data(), a.y = y.data(), a.weight = w.operands.data(), a.bias = w.bias.data();
     a.scale = w.scale.empty() ? nullptr : w.scale.data();
     a.in_scale = in_scale, a.k_padded = w.k_padded, a.shape = s, a.activation = c.act;
-    const auto got = run_emulated(a, ops, c.n);
+    const auto got = run_emulated<engine::custom::kTcGemmCols>(a, ops, c.n);
+    // Wide blocks (128 channels): the same bits as narrow ones, outputs poisoned again.
+    std::fill(y.begin(), y.end(), std::nanf(""));
+    const auto wide = run_emulated<engine::custom::kTcGemmWideCols>(a, ops, c.n);
+    EXPECT_EQ(std::memcmp(got.data(), wide.data(), got.size() * sizeof(float)), 0) << "wide blocks";
 
     // The host's plain loop: operands as the kernel's conversions define them.
     double worst = 0;

@@ -1,10 +1,10 @@
-#include "engine/cudnn/precision_choice.hpp"
+#include "engine/gpu/precision_choice.hpp"
 
 #include <fmt/format.h>
 
 #include <stdexcept>
 
-namespace engine::cudnn {
+namespace engine::gpu {
 
 std::vector<Precision> allowed_precisions(Precision asked) {
   switch (asked) {
@@ -34,4 +34,15 @@ PrecisionDecision choose_precision(Precision asked, const std::vector<PrecisionT
   return d;
 }
 
-}  // namespace engine::cudnn
+double time_compute_ms(StagedExecution& staged, int n) {
+  constexpr int kRuns = 3;
+  staged.compute(n);
+  auto start = staged.make_time_point();
+  auto stop = staged.make_time_point();
+  start->record();
+  for (int i = 0; i < kRuns; ++i) staged.compute(n);
+  stop->record();
+  return stop->ms_since(*start) / kRuns;
+}
+
+}  // namespace engine::gpu
