@@ -89,6 +89,54 @@ TEST(CustomGeneralChunks, EveryTileAndChunkSpreadGivesTheSameBits) {
                                                                   {true, false});
 }
 
+// An MLP of odd widths (rows of A not 16-byte aligned, K not a multiple of the 8-value step): against
+// the CPU, and the planner's bits on every tile and chunk spreading.
+std::shared_ptr<formats::Model> odd_mlp(uint32_t seed) {
+  return ModelBuilder("odd_mlp", {787})
+      .dense("a", "x", 787, 509, seed)
+      .unary("a_r", OpType::Relu, "a")
+      .dense("b", "a_r", 509, 131, seed + 2)
+      .unary("b_t", OpType::Tanh, "b")
+      .dense("o", "b_t", 131, 13, seed + 4)
+      .unary("prob", OpType::Softmax, "o")
+      .outputs({"prob"})
+      .build();
+}
+
+TEST(CustomGeneralChunks, OddMlpMatchesCpuOnEveryTile) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = odd_mlp(1500);
+  auto backend = general_backend();
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  for (const auto& bc : gpu_test::batch_cases()) {
+    const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 1510u + uint32_t(bc.batch));
+    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch);
+    const std::string where = "batch " + std::to_string(bc.batch) + " of " + std::to_string(bc.max_batch);
+    EXPECT_EQ(c.unwritten, 0u) << where;
+    EXPECT_LE(c.max_rel_error, kChunkTolerance) << where << ", worst " << c.worst;
+  }
+  for (int batch : {1, 130})
+    custom_general_test::expect_every_tile_gives_the_planned_bits(model, batch, 1520u + uint32_t(batch), {true, false});
+}
+
+// Longer chunks (GeneralOptions::min_chunk_steps, a constant of the plan): still within tolerance of
+// the CPU, and still the same bits for every tile and chunk spreading.
+TEST(CustomGeneralChunks, LongerChunksKeepTheBitsAcrossTilesAndSpreads) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = deep_model(1600);
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  for (int steps : {1, 3, 16, 1000}) {
+    SCOPED_TRACE("chunks of at least " + std::to_string(steps) + " steps");
+    auto backend = general_backend(std::nullopt, std::nullopt, steps);
+    const auto input = testing_support::random_floats(per_sample * 9, 1610u + uint32_t(steps));
+    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), 9, 9);
+    EXPECT_EQ(c.unwritten, 0u);
+    EXPECT_LE(c.max_rel_error, kChunkTolerance) << "worst " << c.worst;
+    custom_general_test::expect_every_tile_gives_the_planned_bits(model, 5, 1620u + uint32_t(steps), {true, false},
+                                                                  steps);
+  }
+}
+
 // Host only: the chunks cover K exactly once, at least kMinChunkTiles steps each (unless one chunk),
 // at most kMaxGemmChunks, and a layer that fills the device at batch 1 keeps K whole.
 TEST(CustomGeneralChunksPlan, ChunksCoverKOnceWithinTheLimits) {

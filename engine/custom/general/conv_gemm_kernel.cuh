@@ -60,19 +60,63 @@ __device__ __forceinline__ void store_pooled(const GemmShape& s, const GemmEpilo
 // its sum (from 0) stored to partial[(z * oc + n) * M + m] for chunk_sum_kernel.
 enum class Mode { Whole, Chunks, Partial };
 
+// Steps of kGemmBk values of k in flight: a step's A and B are copied into shared memory by
+// cp.async kGemmStages - 1 steps before the threads multiply them, so that the global latency of a
+// step (for a conv, a k-table read, then the gathered input) hides behind the arithmetic of the
+// steps before it.
+inline constexpr int kGemmStages = 4;
+// A's rows in shared memory ([k][BM + kApad]) are padded so that the dense loader's stores (8 values
+// of k per row of A) fall in distinct banks; a multiple of 4 keeps the float4 reads aligned.
+inline constexpr int kApad = 4;
+
+// Floats of one pipeline stage (A [BK][BM + kApad], then B [BK][BN]) and the bytes of dynamic shared
+// memory of a launch: the stages, then (Mode::Chunks) the bias plus the finished chunks' sums per
+// output, [TM * TN][threads] (consecutive threads, consecutive banks).
+template <int BM, int BN>
+constexpr int stage_floats() {
+  return kGemmBk * (BM + kApad + BN);
+}
+template <int BM, int BN, int TM, int TN, Mode MODE>
+constexpr size_t gemm_smem_bytes() {
+  constexpr size_t threads = size_t(BM / TM) * (BN / TN);
+  return (size_t(kGemmStages) * stage_floats<BM, BN>() + (MODE == Mode::Chunks ? size_t(TM) * TN * threads : 0)) *
+         sizeof(float);
+}
+
+// 4 bytes global -> shared, asynchronous; `valid` false: nothing is read, the destination is zeroed.
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+// 16 aligned bytes global -> shared, asynchronous, bypassing L1 (the weights: read once per block).
+__device__ __forceinline__ void cp_async_16(float* dst, const float* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// 512 threads' worth of blocks per SM at least: 128 registers a thread at most, so that two blocks of
+// 256 threads share an SM and one block's barrier waits hide behind the other's arithmetic.
 template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL, Mode MODE>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), 512 / ((BM / TM) * (BN / TN)))
     conv_gemm_kernel(const float* __restrict__ x, const float* __restrict__ w, const int4* __restrict__ ktab,
                      int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial, int64_t M) {
   constexpr int BK = kGemmBk;
   constexpr int RY = BM / TM, RX = BN / TN;  // threads along m and along n
   constexpr int THREADS = RY * RX;
-  constexpr int A_PER = BM * BK / THREADS, B_PER = BN * BK / THREADS;
+  constexpr int A_LD = BM + kApad;
+  constexpr int A_PER = BM * BK / THREADS;  // values of A each thread copies per step
+  constexpr int B_VEC = BN * BK / 4;        // float4s of B per step
+  constexpr int STAGE = stage_floats<BM, BN>();
   static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are read as float4");
   static_assert(THREADS % BM == 0 || DENSE, "the conv loader gives each thread one row");
-  static_assert(THREADS % BN == 0 && (BM * BK) % THREADS == 0 && (BN * BK) % THREADS == 0, "loader shapes");
-  __shared__ __align__(16) float As[2][BK][BM];
-  __shared__ __align__(16) float Bs[2][BK][BN];
+  static_assert(THREADS % BK == 0 && (BM * BK) % THREADS == 0 && BN % 4 == 0, "loader shapes");
+  static_assert(STAGE % 4 == 0 && (BK * A_LD) % 4 == 0, "stages and B start 16-byte aligned");
+  extern __shared__ __align__(16) float smem[];
 
   const int tid = threadIdx.x;
   const int ty = tid % RY, tx = tid / RY;  // m fastest: a warp's stores cover consecutive pixels
@@ -118,48 +162,47 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     ix0 = ox * s.stride_w - s.pad_left;
   }
 
-  float ra[A_PER], rb[B_PER];
-  auto load = [&](int kt) {
+  // Step kt's A and B into pipeline stage `stage` (values outside the input or past K as zeros; B's
+  // rows past K are packed as zeros).
+  auto issue = [&](int kt, int stage) {
+    float* As = smem + stage * STAGE;
+    float* Bs = As + BK * A_LD;
 #pragma unroll
     for (int i = 0; i < A_PER; ++i) {
-      float v = 0.0f;
       if constexpr (DENSE) {
-        const int kk = kt * BK + tid % BK;
-        const int64_t m = m0 + tid / BK + i * (THREADS / BK);
-        if (m < M && kk < K) v = x[m * K + kk];
+        const int kk = tid % BK, r = tid / BK + i * (THREADS / BK);
+        const int k = kt * BK + kk;
+        const int64_t m = m0 + r;
+        const bool ok = m < M && k < K;
+        cp_async_4(&As[kk * A_LD + r], ok ? x + m * K + k : x, ok);
       } else {
-        const int kk = kt * BK + tid / BM + i * (THREADS / BM);
-        if (row_valid && kk < K) {
-          const int4 t = __ldg(&ktab[kk]);
+        const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
+        const int k = kt * BK + kk;
+        const float* src = x;
+        bool ok = false;
+        if (row_valid && k < K) {
+          const int4 t = __ldg(&ktab[k]);
           const int iy = iy0 + t.y, ix = ix0 + t.z;
-          if (unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width)) v = xb[t.x + iy * s.width + ix];
+          if (unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width)) {
+            ok = true;
+            src = xb + t.x + iy * s.width + ix;
+          }
         }
+        cp_async_4(&As[kk * A_LD + r], src, ok);
       }
-      ra[i] = v;
     }
 #pragma unroll
-    for (int i = 0; i < B_PER; ++i) {
-      const int kk = kt * BK + tid / BN + i * (THREADS / BN);  // rows past K are packed as zeros
-      rb[i] = __ldg(&w[int64_t(kk) * ocp + n0 + tid % BN]);
+    for (int u = tid; u < B_VEC; u += THREADS) {
+      const int kk = u / (BN / 4), col = (u % (BN / 4)) * 4;
+      cp_async_16(&Bs[kk * BN + col], w + int64_t(kt * BK + kk) * ocp + n0 + col);
     }
-  };
-  auto store = [&](int buf) {
-#pragma unroll
-    for (int i = 0; i < A_PER; ++i) {
-      if constexpr (DENSE)
-        As[buf][tid % BK][tid / BK + i * (THREADS / BK)] = ra[i];
-      else
-        As[buf][tid / BM + i * (THREADS / BM)][tid % BM] = ra[i];
-    }
-#pragma unroll
-    for (int i = 0; i < B_PER; ++i) Bs[buf][tid / BN + i * (THREADS / BN)][tid % BN] = rb[i];
   };
 
   // acc: the running sum (of everything with one chunk, of the current chunk otherwise). Mode::Chunks:
-  // the bias plus the finished chunks' sums, in order, in this thread's slots of dynamic shared
-  // memory ([TM * TN][THREADS]: consecutive threads, consecutive banks), touched once per chunk, so
-  // that the registers hold one accumulator per output as in the other modes.
-  extern __shared__ float totals[];
+  // the bias plus the finished chunks' sums, in order, in this thread's slots of shared memory after
+  // the stages, touched once per chunk, so that the registers hold one accumulator per output as in
+  // the other modes.
+  float* totals = smem + kGemmStages * STAGE;
   float acc[TM][TN];
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
@@ -172,24 +215,35 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     }
   }
 
-  load(kt_begin);
-  store(0);
-  __syncthreads();
-  int in_chunk = 0;
+  // Steps kt_begin .. + kGemmStages - 2 in flight (one commit group per step, empty past the end).
+#pragma unroll
+  for (int p = 0; p < kGemmStages - 1; ++p) {
+    if (kt_begin + p < kt_end) issue(kt_begin + p, p);
+    cp_async_commit();
+  }
+  int in_chunk = 0, stage = 0;
   for (int kt = kt_begin; kt < kt_end; ++kt) {
-    const int buf = (kt - kt_begin) & 1;
-    if (kt + 1 < kt_end) load(kt + 1);
+    cp_async_wait<kGemmStages - 2>();  // this thread's copies of step kt have landed
+    __syncthreads();                    // everyone's; and everyone is done with step kt - 1's stage
+    {
+      const int ahead = kt + kGemmStages - 1;
+      const int into = stage == 0 ? kGemmStages - 1 : stage - 1;  // step kt - 1's stage
+      if (ahead < kt_end) issue(ahead, into);
+      cp_async_commit();
+    }
+    const float* As = smem + stage * STAGE;
+    const float* Bs = As + BK * A_LD;
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], bv[TN];
 #pragma unroll
       for (int g = 0; g < TM / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][g * RY * 4 + ty * 4]);
+        const float4 v = *reinterpret_cast<const float4*>(&As[kk * A_LD + g * RY * 4 + ty * 4]);
         a[g * 4] = v.x, a[g * 4 + 1] = v.y, a[g * 4 + 2] = v.z, a[g * 4 + 3] = v.w;
       }
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][g * RX * 4 + tx * 4]);
+        const float4 v = *reinterpret_cast<const float4*>(&Bs[kk * BN + g * RX * 4 + tx * 4]);
         bv[g * 4] = v.x, bv[g * 4 + 1] = v.y, bv[g * 4 + 2] = v.z, bv[g * 4 + 3] = v.w;
       }
 #pragma unroll
@@ -210,9 +264,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
           }
       }
     }
-    if (kt + 1 < kt_end) store(buf ^ 1);  // that buffer was last read before the previous barrier
-    __syncthreads();
+    stage = stage + 1 == kGemmStages ? 0 : stage + 1;
   }
+  cp_async_wait<0>();  // no copy outlives the block (the groups past the end are empty)
   if constexpr (MODE == Mode::Chunks) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -270,12 +324,18 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks),
                   MODE == Mode::Partial ? static_cast<unsigned>(a.chunks.count) : 1u);
   constexpr int threads = (BM / TM) * (BN / TN);
-  constexpr size_t smem = MODE == Mode::Chunks ? size_t(TM) * TN * threads * sizeof(float) : 0;
+  constexpr size_t smem = gemm_smem_bytes<BM, BN, TM, TN, MODE>();
   const auto& c = a.chunks;
   auto run = [&](auto kernel) {
-    if constexpr (smem > 48 * 1024)  // past the default limit: opt in (a host-side attribute, cheap)
+    if constexpr (smem > 48 * 1024) {  // past the default limit: opt in, and ask for the shared-memory
+      // carveout that fits two blocks (a host-side attribute, set at every launch: cheap, and a CUDA
+      // graph replays the launch without it)
       CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                      context + ": shared memory for the K chunks' sums");
+      CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          int(cudaSharedmemCarveoutMaxShared)),
+                     context + ": shared-memory carveout");
+    }
     kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
   };
   if (a.shape.dense)

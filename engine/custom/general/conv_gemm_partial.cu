@@ -8,6 +8,21 @@
 namespace engine::custom::general::kernel {
 namespace {
 
+// t plus the `count` values p[0], p[stride], ... added in order; the loads go out 8 at a time (they
+// are independent, only the additions are ordered).
+__device__ __forceinline__ float ordered_sum(float t, const float* __restrict__ p, int count, int64_t stride) {
+  int z = 0;
+  for (; z + 8 <= count; z += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = p[(z + u) * stride];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) t = t + v[u];
+  }
+  for (; z < count; ++z) t = t + p[z * stride];
+  return t;
+}
+
 // The chunks' sums of Mode::Partial added to the bias in chunk order, then the epilogue: one
 // thread per output channel and row (pooled: per window of 4 rows), rows fastest.
 template <bool POOL>
@@ -23,15 +38,10 @@ __global__ void chunk_sum_kernel(const float* __restrict__ partial, int count, G
     if constexpr (POOL) {
       float v[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        float t = b0;
-        for (int z = 0; z < count; ++z) t = t + partial[(int64_t(z) * oc + n) * M + item * 4 + r];
-        v[r] = t;
-      }
+      for (int r = 0; r < 4; ++r) v[r] = ordered_sum(b0, partial + int64_t(n) * M + item * 4 + r, count, int64_t(oc) * M);
       store_pooled(s, e, v, item, n);
     } else {
-      float t = b0;
-      for (int z = 0; z < count; ++z) t = t + partial[(int64_t(z) * oc + n) * M + item];
+      const float t = ordered_sum(b0, partial + int64_t(n) * M + item, count, int64_t(oc) * M);
       const int64_t b = item / spatial;
       store_plain(e, t, b, item - b * spatial, spatial, n, oc);
     }

@@ -297,7 +297,10 @@ class GeneralExecutable final : public gpu::GpuExecutable {
 std::unique_ptr<Executable> make_general_executable(const Graph& graph, const CompileOptions& options,
                                                     const GeneralOptions& general, std::string header,
                                                     std::string why_not_fused) {
-  return std::make_unique<GeneralExecutable>(plan_general(graph), options, general, std::move(header),
+  if (general.min_chunk_steps && *general.min_chunk_steps < 1)
+    throw std::invalid_argument(fmt::format("custom: K chunks of {} steps: at least 1", *general.min_chunk_steps));
+  return std::make_unique<GeneralExecutable>(plan_general(graph, general.min_chunk_steps.value_or(kMinChunkTiles)),
+                                             options, general, std::move(header),
                                              std::move(why_not_fused));
 }
 
