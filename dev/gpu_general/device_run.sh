@@ -5,7 +5,7 @@
 #   bench     engine bench per model (MODELS) and batch (BATCHES), CUDA graph, no transfers; with
 #             PROFILE=1 a per-layer table at the largest batch
 #   ab        general_ab over VARIANTS (general_ab.cpp) at AB_BATCHES
-#   ncu       Nsight Compute on NCU_MODEL at NCU_BATCH (NCU_SKIP / NCU_COUNT launches)
+#   ncu       Nsight Compute per NCU_SPECS entry MODEL:BATCH:SKIP:COUNT (launches skipped, profiled)
 #   zoo       bench_zoo against PyTorch, one call per model
 #   accuracy  same class as the --no-fuse oracle on the MNIST test set (ACC_MODELS)
 # Logs go to $OUT/log/, packed into $OUT/results.tgz at the end; key lines go to stdout.
@@ -59,14 +59,16 @@ if [[ $PARTS == *" ab "* ]]; then
     >"$L/ab.txt" 2>&1
   echo "ab rc $? at $((SECONDS - T0)) s"; grep "images/s" "$L/ab.txt"
 fi
-if [[ $PARTS == *" ncu "* ]]; then
-  timeout "${NCU_LIMIT:-60}" ncu --launch-skip "${NCU_SKIP:-30}" --launch-count "${NCU_COUNT:-4}" --section SpeedOfLight \
-    --section Occupancy --section LaunchStats "$E" bench /tmp/zoo/${NCU_MODEL:-mlp-512-256}/model.json --backend custom \
-    --batch "${NCU_BATCH:-65536}" --no-data-transfers --warmup 0 --iterations 2 --duration 0 --repetitions 1 \
-    >"$L/ncu.txt" 2>&1
-  echo "ncu rc $? at $((SECONDS - T0)) s"
-  grep -E "conv_gemm_kernel|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Dynamic Shared" "$L/ncu.txt" |
-    sed -E 's/conv_gemm_kernel<([^>]*)>.*/conv_gemm_kernel<\1>/' | head -40
+if [[ $PARTS == *" ncu "* ]]; then  # NCU_SPECS: MODEL:BATCH:SKIP:COUNT, comma-separated
+  for spec in $(tr ',' ' ' <<<"${NCU_SPECS:-mlp-512-256:65536:20:3}"); do
+    IFS=: read -r m b skip count <<<"$spec"
+    timeout "${NCU_LIMIT:-60}" ncu --launch-skip "$skip" --launch-count "$count" --section SpeedOfLight \
+      --section Occupancy --section LaunchStats "$E" bench /tmp/zoo/$m/model.json --backend custom --batch "$b" \
+      --no-data-transfers --warmup 0 --iterations 2 --duration 0 --repetitions 1 >"$L/ncu-$m-$b.txt" 2>&1
+    echo "ncu $m $b rc $? at $((SECONDS - T0)) s"
+    grep -E "^  [a-z_:]+.*\(|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Block Limit (Reg|Shared)" \
+      "$L/ncu-$m-$b.txt" | sed -E 's/^  (void )?([^(]*)\(.*\) (\([0-9, ]+\)x\([0-9, ]+\)).*/  \2 \3/' | head -48
+  done
 fi
 if [[ $PARTS == *" zoo "* ]]; then  # one bench_zoo call per model: a timeout keeps the models done
   end=$((SECONDS + ${ZOO_LIMIT:-120}))

@@ -1,7 +1,8 @@
 // A/B of the custom backend's fp32 paths per model and batch: VARIANTS, comma-separated, each
 // "fused" (the fused chain forced where the graph qualifies), "general" (the general path forced,
-// GeneralOptions::over_fused_chain) or "general/sN" (the general path with K chunks of at least N
-// steps, GeneralOptions::min_chunk_steps).
+// GeneralOptions::over_fused_chain), "general/sN" (the general path with K chunks of at least N
+// steps, GeneralOptions::min_chunk_steps) or "general/sNbM" (and M blocks at batch 1 as the chunk
+// target, GeneralOptions::chunk_target_blocks).
 // Each variant is one executable compiled for BATCH, timed over 30 CUDA-graph replays (7 at 65,536
 // and above) of a forward pass from device input (zeros, uint8 or float as the model takes), outputs
 // downloaded to pinned memory; the general variant's plan summary is printed once per model. Not
@@ -53,7 +54,11 @@ int main(int argc, char** argv) {
         const char* name = variant.c_str();
         engine::custom::CustomOptions o;
         o.general.over_fused_chain = general;
-        if (variant.rfind("general/s", 0) == 0) o.general.min_chunk_steps = std::stoi(variant.substr(9));
+        if (variant.rfind("general/s", 0) == 0) {  // general/sN or general/sNbM
+          const size_t b = variant.find('b', 9);
+          o.general.min_chunk_steps = std::stoi(variant.substr(9, b == std::string::npos ? std::string::npos : b - 9));
+          if (b != std::string::npos) o.general.chunk_target_blocks = std::stoi(variant.substr(b + 1));
+        }
         engine::CompileOptions c;
         c.max_batch = batch;
         try {

@@ -119,21 +119,21 @@ TEST(CustomGeneralChunks, OddMlpMatchesCpuOnEveryTile) {
     custom_general_test::expect_every_tile_gives_the_planned_bits(model, batch, 1520u + uint32_t(batch), {true, false});
 }
 
-// Longer chunks (GeneralOptions::min_chunk_steps, a constant of the plan): still within tolerance of
-// the CPU, and still the same bits for every tile and chunk spreading.
-TEST(CustomGeneralChunks, LongerChunksKeepTheBitsAcrossTilesAndSpreads) {
+// Other chunk rules (GeneralOptions::min_chunk_steps and chunk_target_blocks, constants of the plan):
+// still within tolerance of the CPU, and still the same bits for every tile and chunk spreading.
+TEST(CustomGeneralChunks, OtherChunkRulesKeepTheBitsAcrossTilesAndSpreads) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   auto model = deep_model(1600);
   const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  for (int steps : {1, 3, 16, 1000}) {
-    SCOPED_TRACE("chunks of at least " + std::to_string(steps) + " steps");
-    auto backend = general_backend(std::nullopt, std::nullopt, steps);
+  for (const auto& [steps, blocks] : std::vector<std::pair<int, int>>{{1, 256}, {3, 1024}, {16, 256}, {1000, 64}}) {
+    SCOPED_TRACE("chunks of at least " + std::to_string(steps) + " steps for " + std::to_string(blocks) + " blocks");
+    auto backend = general_backend(std::nullopt, std::nullopt, steps, blocks);
     const auto input = testing_support::random_floats(per_sample * 9, 1610u + uint32_t(steps));
     const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), 9, 9);
     EXPECT_EQ(c.unwritten, 0u);
     EXPECT_LE(c.max_rel_error, kChunkTolerance) << "worst " << c.worst;
     custom_general_test::expect_every_tile_gives_the_planned_bits(model, 5, 1620u + uint32_t(steps), {true, false},
-                                                                  steps);
+                                                                  steps, blocks);
   }
 }
 

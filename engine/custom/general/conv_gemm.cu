@@ -60,11 +60,11 @@ int64_t gemm_rows(const GemmShape& s, bool pooled, int n) {
   return int64_t(n) * s.out_height * s.out_width;
 }
 
-GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled, int min_tiles) {
+GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled, const ChunkRule& rule) {
   const int64_t ktiles = (s.k() + kGemmBk - 1) / kGemmBk;
   const int64_t blocks = ((gemm_rows(s, pooled, 1) + 31) / 32) * ((s.out_channels + 31) / 32);
-  const int64_t wanted = (kChunkTargetBlocks + blocks - 1) / blocks;
-  const int64_t count = std::clamp<int64_t>(std::min(wanted, ktiles / std::max(min_tiles, 1)), 1, kMaxGemmChunks);
+  const int64_t wanted = (std::max(rule.target_blocks, 1) + blocks - 1) / blocks;
+  const int64_t count = std::clamp<int64_t>(std::min(wanted, ktiles / std::max(rule.min_tiles, 1)), 1, kMaxGemmChunks);
   GemmChunks c;
   c.tiles = int((ktiles + count - 1) / count);
   c.count = c.tiles > 0 ? int((ktiles + c.tiles - 1) / c.tiles) : 1;

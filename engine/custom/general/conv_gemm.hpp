@@ -98,8 +98,12 @@ GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors);
 int64_t gemm_rows(const GemmShape& s, bool pooled, int n);
 
 // The chunks of a layer, from its shape alone: enough that a batch of 1 gives about
-// kChunkTargetBlocks blocks of the smallest tile, each chunk at least `min_tiles` steps.
-GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled, int min_tiles = kMinChunkTiles);
+// rule.target_blocks blocks of the smallest tile, each chunk at least rule.min_tiles steps.
+struct ChunkRule {
+  int min_tiles = kMinChunkTiles;
+  int target_blocks = kChunkTargetBlocks;
+};
+GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled, const ChunkRule& rule = {});
 // Whether a launch of `rows` x `cols` outputs runs its chunks on separate blocks: when even the
 // smallest tile leaves multiprocessors without a block.
 bool chunks_across_blocks(int64_t rows, int cols, int multiprocessors);

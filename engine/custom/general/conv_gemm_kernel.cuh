@@ -99,10 +99,18 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
-// 512 threads' worth of blocks per SM at least: 128 registers a thread at most, so that two blocks of
-// 256 threads share an SM and one block's barrier waits hide behind the other's arithmetic.
+// Threads per SM the register budget must allow: 512 (128 registers a thread) for 8x8 thread tiles
+// (two blocks of 256) and blocks of 64 threads (small batches: few blocks, registers to spare), 768
+// (80 registers) for the others, so that one block's barrier waits and gathers hide behind another
+// block's arithmetic.
+template <int TM, int TN, int THREADS>
+constexpr int resident_threads() {
+  return TM * TN >= 64 || THREADS < 128 ? 512 : 768;
+}
+
 template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL, Mode MODE>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN), 512 / ((BM / TM) * (BN / TN)))
+__global__ void __launch_bounds__((BM / TM) * (BN / TN),
+                                  resident_threads<TM, TN, (BM / TM) * (BN / TN)>() / ((BM / TM) * (BN / TN)))
     conv_gemm_kernel(const float* __restrict__ x, const float* __restrict__ w, const int4* __restrict__ ktab,
                      int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial, int64_t M) {
   constexpr int BK = kGemmBk;
@@ -118,8 +126,15 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 512 / ((BM / TM) * (BN 
   static_assert(STAGE % 4 == 0 && (BK * A_LD) % 4 == 0, "stages and B start 16-byte aligned");
   extern __shared__ __align__(16) float smem[];
 
+  // A warp is 8 threads along m (consecutive pixels: its stores cover 32 rows) by 4 along n, so that
+  // its float4 reads of a k row of A cover 128 contiguous bytes and those of B 64 (one shared-memory
+  // wavefront each). Which thread owns an output changes no operation on it.
+  constexpr int WY = 8, WX = 32 / WY;
+  static_assert(RY % WY == 0 && RX % WX == 0, "whole warps");
   const int tid = threadIdx.x;
-  const int ty = tid % RY, tx = tid / RY;  // m fastest: a warp's stores cover consecutive pixels
+  const int lane = tid % 32, warp = tid / 32;
+  const int ty = (warp % (RY / WY)) * WY + lane % WY;
+  const int tx = (warp / (RY / WY)) * WX + lane / WY;
   const int64_t m0 = int64_t(blockIdx.x) * BM;
   const int n0 = blockIdx.y * BN;
   const int K = s.channels * s.kernel_h * s.kernel_w;
@@ -162,6 +177,22 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 512 / ((BM / TM) * (BN 
     ix0 = ox * s.stride_w - s.pad_left;
   }
 
+  // The conv loader's k-table entries of the next step it issues. With 4x4 thread tiles (the tiles
+  // of small batches, few warps per SM) they are read one step ahead into registers, so that a
+  // step's gather waits for no k-table read; larger thread tiles (large batches) read them when they
+  // issue, their latency hidden by the other blocks on the SM, the registers left to the accumulators.
+  constexpr bool TAB_AHEAD = !DENSE && TM * TN <= 16;
+  constexpr int kNoRow = -(1 << 29);  // a window row no input has: the bounds test fails
+  int4 tab[TAB_AHEAD ? A_PER : 1];
+  auto read_tab = [&](int kt) {
+#pragma unroll
+    for (int i = 0; i < (TAB_AHEAD ? A_PER : 1); ++i) {
+      const int k = kt * BK + tid / BM + i * (THREADS / BM);
+      tab[i] = row_valid && k < K ? __ldg(&ktab[k]) : make_int4(0, kNoRow, 0, 0);
+    }
+  };
+  if constexpr (TAB_AHEAD) read_tab(kt_begin);
+
   // Step kt's A and B into pipeline stage `stage` (values outside the input or past K as zeros; B's
   // rows past K are packed as zeros).
   auto issue = [&](int kt, int stage) {
@@ -175,6 +206,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 512 / ((BM / TM) * (BN 
         const int64_t m = m0 + r;
         const bool ok = m < M && k < K;
         cp_async_4(&As[kk * A_LD + r], ok ? x + m * K + k : x, ok);
+      } else if constexpr (TAB_AHEAD) {
+        const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
+        const int4 t = tab[i];  // step kt's entry (kNoRow past K or for a row past M)
+        const int iy = iy0 + t.y, ix = ix0 + t.z;
+        const bool ok = unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width);
+        cp_async_4(&As[kk * A_LD + r], ok ? xb + t.x + iy * s.width + ix : x, ok);
       } else {
         const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
         const int k = kt * BK + kk;
@@ -191,6 +228,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), 512 / ((BM / TM) * (BN 
         cp_async_4(&As[kk * A_LD + r], src, ok);
       }
     }
+    if constexpr (TAB_AHEAD)
+      if (kt + 1 < kt_end) read_tab(kt + 1);
 #pragma unroll
     for (int u = tid; u < B_VEC; u += THREADS) {
       const int kk = u / (BN / 4), col = (u % (BN / 4)) * 4;
@@ -327,15 +366,12 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
   constexpr size_t smem = gemm_smem_bytes<BM, BN, TM, TN, MODE>();
   const auto& c = a.chunks;
   auto run = [&](auto kernel) {
-    if constexpr (smem > 48 * 1024) {  // past the default limit: opt in, and ask for the shared-memory
-      // carveout that fits two blocks (a host-side attribute, set at every launch: cheap, and a CUDA
-      // graph replays the launch without it)
+    // Past the default limit: opt in (a host-side attribute, cheap). No carveout preference: the
+    // driver sizes shared memory for the blocks that fit and leaves the rest to L1, which the conv
+    // gather reads through.
+    if constexpr (smem > 48 * 1024)
       CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                      context + ": shared memory for the K chunks' sums");
-      CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          int(cudaSharedmemCarveoutMaxShared)),
-                     context + ": shared-memory carveout");
-    }
     kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
   };
   if (a.shape.dense)

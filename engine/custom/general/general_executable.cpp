@@ -297,10 +297,13 @@ class GeneralExecutable final : public gpu::GpuExecutable {
 std::unique_ptr<Executable> make_general_executable(const Graph& graph, const CompileOptions& options,
                                                     const GeneralOptions& general, std::string header,
                                                     std::string why_not_fused) {
-  if (general.min_chunk_steps && *general.min_chunk_steps < 1)
-    throw std::invalid_argument(fmt::format("custom: K chunks of {} steps: at least 1", *general.min_chunk_steps));
-  return std::make_unique<GeneralExecutable>(plan_general(graph, general.min_chunk_steps.value_or(kMinChunkTiles)),
-                                             options, general, std::move(header),
+  ChunkRule rule;
+  rule.min_tiles = general.min_chunk_steps.value_or(kMinChunkTiles);
+  rule.target_blocks = general.chunk_target_blocks.value_or(kChunkTargetBlocks);
+  if (rule.min_tiles < 1 || rule.target_blocks < 1)
+    throw std::invalid_argument(fmt::format("custom: K chunks of at least {} steps for {} blocks: both must be positive",
+                                            rule.min_tiles, rule.target_blocks));
+  return std::make_unique<GeneralExecutable>(plan_general(graph, rule), options, general, std::move(header),
                                              std::move(why_not_fused));
 }
 
