@@ -69,7 +69,7 @@ struct GemmChunks {
   int tiles = 0;  // with count 1: every step
 };
 inline constexpr int kMaxGemmChunks = 128;
-inline constexpr int kMinChunkTiles = 8;        // a chunk sums at least 64 k values
+inline constexpr int kMinChunkTiles = 4;        // a chunk sums at least 32 k values
 inline constexpr int kChunkTargetBlocks = 256;  // blocks a batch of 1 should have (a fixed count: the
                                                 // chunks, hence the bits, are the same on every device)
 
