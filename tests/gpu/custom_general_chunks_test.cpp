@@ -55,6 +55,20 @@ std::string summary_of(const std::shared_ptr<formats::Model>& model, int max_bat
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The general path against the CPU on fresh random inputs at every batch case (outputs poisoned).
+void expect_matches_cpu(const std::shared_ptr<formats::Model>& model, uint32_t seed) {
+  auto backend = general_backend();
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  for (const auto& bc : gpu_test::batch_cases()) {
+    const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), seed + uint32_t(bc.batch));
+    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch);
+    const std::string where = "batch " + std::to_string(bc.batch) + " of " + std::to_string(bc.max_batch);
+    EXPECT_EQ(c.unwritten, 0u) << where;
+    EXPECT_LE(c.max_rel_error, kChunkTolerance) << where << ", worst " << c.worst;
+    EXPECT_GT(c.elements, 0u) << where;
+  }
+}
+
 TEST(CustomGeneralChunks, LongKLayersMatchCpu) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   auto model = deep_model(1200);
@@ -62,16 +76,7 @@ TEST(CustomGeneralChunks, LongKLayersMatchCpu) {
   EXPECT_TRUE(contains(summary, "K chunks of")) << summary;
   EXPECT_TRUE(contains(summary, "chunks on blocks at batch 1")) << summary;
   EXPECT_TRUE(contains(summary, "chunks in thread at batch 1000")) << summary;
-  auto backend = general_backend();
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  for (const auto& bc : gpu_test::batch_cases()) {
-    const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 1210u + uint32_t(bc.batch));
-    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch);
-    const std::string where = "batch " + std::to_string(bc.batch) + " of " + std::to_string(bc.max_batch);
-    EXPECT_EQ(c.unwritten, 0u) << where;
-    EXPECT_LE(c.max_rel_error, kChunkTolerance) << where << ", worst " << c.worst;
-    EXPECT_GT(c.elements, 0u) << where;
-  }
+  expect_matches_cpu(model, 1210u);
 }
 
 // Batches of 1 and 7 run the chunks on separate blocks, 64 and 300 in one thread: the same bits.
@@ -106,15 +111,7 @@ std::shared_ptr<formats::Model> odd_mlp(uint32_t seed) {
 TEST(CustomGeneralChunks, OddMlpMatchesCpuOnEveryTile) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   auto model = odd_mlp(1500);
-  auto backend = general_backend();
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  for (const auto& bc : gpu_test::batch_cases()) {
-    const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 1510u + uint32_t(bc.batch));
-    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch);
-    const std::string where = "batch " + std::to_string(bc.batch) + " of " + std::to_string(bc.max_batch);
-    EXPECT_EQ(c.unwritten, 0u) << where;
-    EXPECT_LE(c.max_rel_error, kChunkTolerance) << where << ", worst " << c.worst;
-  }
+  expect_matches_cpu(model, 1510u);
   for (int batch : {1, 130})
     custom_general_test::expect_every_tile_gives_the_planned_bits(model, batch, 1520u + uint32_t(batch), {true, false});
 }
