@@ -94,6 +94,40 @@ TEST(CustomGeneralChunks, EveryTileAndChunkSpreadGivesTheSameBits) {
                                                                   {true, false});
 }
 
+// One executable run again and again (plain launches, then CUDA-graph replays) at batches whose
+// chunks run on separate blocks: each tile's last block resets its arrival counter, so every run
+// gives the first run's bits, also between batches of different sizes.
+TEST(CustomGeneralChunks, RepeatedRunsGiveTheSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = deep_model(1700);
+  const engine::Graph graph = engine::plan_graph(model);
+  engine::CompileOptions options;
+  options.max_batch = 7;
+  auto exe = general_backend()->compile(graph, options);
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  const auto input = testing_support::random_floats(per_sample * 7, 1710u);
+  auto run = [&](int n) {
+    std::vector<std::vector<float>> out;
+    std::vector<float*> pointers;
+    for (size_t i = 0; i < graph.outputs.size(); ++i) out.emplace_back(size_t(graph.output_elements(i)) * size_t(n), -1.0f);
+    for (auto& o : out) pointers.push_back(o.data());
+    exe->run(input.data(), n, pointers);
+    return out;
+  };
+  const auto first7 = run(7), first2 = run(2);
+  for (bool replay : {false, true}) {
+    exe->use_graph_replay(replay);
+    for (int i = 0; i < 3; ++i)
+      for (int n : {7, 2}) {
+        const auto again = run(n);
+        const auto& first = n == 7 ? first7 : first2;
+        for (size_t o = 0; o < first.size(); ++o)
+          EXPECT_EQ(testing_support::first_bit_difference(again[o], first[o]), first[o].size())
+              << "run " << i << " at batch " << n << (replay ? " (graph replay)" : "") << ", output " << o;
+      }
+  }
+}
+
 // An MLP of odd widths (rows of A not 16-byte aligned, K not a multiple of the 8-value step): against
 // the CPU, and the planner's bits on every tile and chunk spreading.
 std::shared_ptr<formats::Model> odd_mlp(uint32_t seed) {

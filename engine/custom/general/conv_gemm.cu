@@ -9,7 +9,7 @@ namespace engine::custom::general {
 namespace kernel {
 
 void launch_whole(const GemmArgs& a, GemmTile tile, int64_t M, cudaStream_t stream, const std::string& context) {
-  launch_tile<Mode::Whole>(a, tile, nullptr, M, stream, context);
+  launch_tile<Mode::Whole>(a, tile, {}, M, stream, context);
 }
 
 }  // namespace kernel
@@ -75,16 +75,16 @@ bool chunks_across_blocks(int64_t rows, int cols, int multiprocessors) {
   return ((rows + 31) / 32) * ((cols + 31) / 32) < multiprocessors;
 }
 
-void conv_gemm_forward(const GemmArgs& a, GemmTile tile, float* partial, int n, cudaStream_t stream,
+void conv_gemm_forward(const GemmArgs& a, GemmTile tile, ChunkScratch scratch, int n, cudaStream_t stream,
                        const std::string& context) {
   const int64_t M = gemm_rows(a.shape, a.epilogue.pool_at >= 0, n);
   if (M <= 0) return;
   if (a.chunks.count <= 1)
     kernel::launch_whole(a, tile, M, stream, context);
-  else if (partial == nullptr)
+  else if (scratch.partial == nullptr)
     kernel::launch_chunks(a, tile, M, stream, context);
   else
-    kernel::launch_partial(a, tile, partial, M, stream, context);
+    kernel::launch_partial(a, tile, scratch, M, stream, context);
 }
 
 }  // namespace engine::custom::general

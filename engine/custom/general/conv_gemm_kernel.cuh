@@ -1,8 +1,9 @@
 #pragma once
 // The implicit-GEMM kernel of conv_gemm.hpp as templates, included by the three .cu files that
 // instantiate it, one per way of running the K chunks (conv_gemm.cu: one chunk; conv_gemm_chunks.cu:
-// every chunk in one thread; conv_gemm_partial.cu: chunks on separate blocks and the ordered sum), so
-// that the three compile in parallel.
+// every chunk in one thread; conv_gemm_partial.cu: chunks on separate blocks, the last block of a
+// tile adding them in order), so that the three compile in parallel.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -57,8 +58,62 @@ __device__ __forceinline__ void store_pooled(const GemmShape& s, const GemmEpilo
 
 // How a launch treats the K chunks (GemmChunks): one chunk started at the bias; every chunk in the
 // same thread (a second accumulator per output takes each chunk's sum); or chunk blockIdx.z only,
-// its sum (from 0) stored to partial[(z * oc + n) * M + m] for chunk_sum_kernel.
+// its sum (from 0) stored to partial[(z * oc + n) * M + m], added in order by the tile's last block
+// (ordered_tile_sum) or by chunk_sum_kernel.
 enum class Mode { Whole, Chunks, Partial };
+
+// The tile's last block adds the chunks (one kernel per layer) while that takes at most this many
+// loads per thread; beyond (large tiles over a few images), chunk_sum_kernel spreads the sum over the
+// whole device instead. The same additions in the same order either way.
+inline constexpr int kLastBlockLoads = 64;
+
+// t plus the `count` values p[0], p[stride], ... added in order; the loads go out 8 at a time (they
+// are independent, only the additions are ordered) and bypass L1 (other blocks wrote them).
+__device__ __forceinline__ float ordered_sum(float t, const float* p, int count, int64_t stride) {
+  int z = 0;
+  for (; z + 8 <= count; z += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = __ldcg(p + (z + u) * stride);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) t = t + v[u];
+  }
+  for (; z < count; ++z) t = t + __ldcg(p + z * stride);
+  return t;
+}
+
+// The outputs of the BM x BN tile at (m0, n0): the bias plus the chunk sums in `partial` in chunk
+// order, then the epilogue, the block's threads taking the tile's valid outputs (pooled: windows)
+// in turn, rows fastest.
+template <int BM, int BN, int THREADS, bool POOL>
+__device__ void ordered_tile_sum(const float* partial, int count, const GemmShape& s, const GemmEpilogue& e,
+                                 int64_t M, int64_t m0, int n0) {
+  const int oc = s.out_channels;
+  const int rows = int(min(int64_t(BM), M - m0)), cols = min(BN, oc - n0);
+  const int64_t stride = int64_t(oc) * M;
+  if constexpr (POOL) {
+    const int windows = rows / 4;  // M and m0 are multiples of 4
+    for (int o = threadIdx.x; o < windows * cols; o += THREADS) {
+      const int n = n0 + o / windows;
+      const int64_t m = m0 + 4 * (o % windows);
+      const float b0 = e.bias != nullptr ? e.bias[n] : 0.0f;
+      float v[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r] = ordered_sum(b0, partial + int64_t(n) * M + m + r, count, stride);
+      store_pooled(s, e, v, m >> 2, n);
+    }
+  } else {
+    const int64_t spatial = int64_t(s.out_height) * s.out_width;
+    for (int o = threadIdx.x; o < rows * cols; o += THREADS) {
+      const int n = n0 + o / rows;
+      const int64_t m = m0 + o % rows;
+      const float b0 = e.bias != nullptr ? e.bias[n] : 0.0f;
+      const float t = ordered_sum(b0, partial + int64_t(n) * M + m, count, stride);
+      const int64_t b = m / spatial;
+      store_plain(e, t, b, m - b * spatial, spatial, n, oc);
+    }
+  }
+}
 
 // Steps of kGemmBk values of k in flight: a step's A and B are copied into shared memory by
 // cp.async kGemmStages - 1 steps before the threads multiply them, so that the global latency of a
@@ -112,7 +167,8 @@ template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL, Mode MODE>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN),
                                   resident_threads<TM, TN, (BM / TM) * (BN / TN)>() / ((BM / TM) * (BN / TN)))
     conv_gemm_kernel(const float* __restrict__ x, const float* __restrict__ w, const int4* __restrict__ ktab,
-                     int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial, int64_t M) {
+                     int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial,
+                     unsigned* __restrict__ arrivals, int64_t M) {
   constexpr int BK = kGemmBk;
   constexpr int RY = BM / TM, RX = BN / TN;  // threads along m and along n
   constexpr int THREADS = RY * RX;
@@ -314,11 +370,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
   }
 
   const int oc = s.out_channels;
+  if constexpr (MODE == Mode::Partial) {
+    float* pz = partial + int64_t(blockIdx.z) * oc * M;
 #pragma unroll
-  for (int g = 0; g < TM / 4; ++g) {
-    const int64_t mg = m0 + g * RY * 4 + ty * 4;  // first of this thread's 4 consecutive rows
-    if constexpr (MODE == Mode::Partial) {
-      float* pz = partial + int64_t(blockIdx.z) * oc * M;
+    for (int g = 0; g < TM / 4; ++g) {
+      const int64_t mg = m0 + g * RY * 4 + ty * 4;
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         if (mg + r >= M) continue;
@@ -328,7 +384,28 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
           if (n < oc) pz[int64_t(n) * M + mg + r] = acc[g * 4 + r][j];
         }
       }
-    } else if constexpr (POOL) {
+    }
+    if (arrivals == nullptr) return;  // chunk_sum_kernel adds the chunks
+    // The last of the tile's gridDim.z blocks to arrive sees every chunk's sum (each block's stores
+    // are made visible device-wide before it counts itself) and adds them in order.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      unsigned& arrived = arrivals[blockIdx.y * gridDim.x + blockIdx.x];
+      last = atomicAdd(&arrived, 1u) + 1 == gridDim.z;
+      if (last) arrived = 0;  // every block of the tile has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    ordered_tile_sum<BM, BN, THREADS, POOL>(partial, int(gridDim.z), s, e, M, m0, n0);
+    return;
+  } else {
+#pragma unroll
+  for (int g = 0; g < TM / 4; ++g) {
+    const int64_t mg = m0 + g * RY * 4 + ty * 4;  // first of this thread's 4 consecutive rows
+    if constexpr (POOL) {
       if (mg >= M) continue;
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
@@ -352,10 +429,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
       }
     }
   }
+  }
 }
 
+// Returns whether the tiles' last blocks added the chunks (Mode::Partial).
 template <int BM, int BN, int TM, int TN, Mode MODE>
-void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, const std::string& context) {
+bool launch(const GemmArgs& a, ChunkScratch scratch, int64_t M, cudaStream_t stream, const std::string& context) {
   const int64_t row_blocks = (M + BM - 1) / BM, col_blocks = (a.shape.out_channels + BN - 1) / BN;
   if (row_blocks > INT_MAX || col_blocks > 65535)
     throw gpu::CudaError(context + ": " + std::to_string(M) + " x " + std::to_string(a.shape.out_channels) +
@@ -365,6 +444,10 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
   constexpr int threads = (BM / TM) * (BN / TN);
   constexpr size_t smem = gemm_smem_bytes<BM, BN, TM, TN, MODE>();
   const auto& c = a.chunks;
+  if constexpr (MODE == Mode::Partial) {
+    const int64_t sums = std::min<int64_t>(BM, M) * std::min(BN, a.shape.out_channels) * c.count;
+    if (sums > int64_t(kLastBlockLoads) * threads) scratch.arrivals = nullptr;
+  }
   auto run = [&](auto kernel) {
     // Past the default limit: opt in (a host-side attribute, cheap). No carveout preference: the
     // driver sizes shared memory for the blocks that fit and leaves the rest to L1, which the conv
@@ -372,7 +455,8 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
     if constexpr (smem > 48 * 1024)
       CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                      context + ": shared memory for the K chunks' sums");
-    kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
+    kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue,
+                                            scratch.partial, scratch.arrivals, M);
   };
   if (a.shape.dense)
     run(conv_gemm_kernel<BM, BN, TM, TN, true, false, MODE>);
@@ -380,29 +464,33 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
     run(conv_gemm_kernel<BM, BN, TM, TN, false, true, MODE>);
   else
     run(conv_gemm_kernel<BM, BN, TM, TN, false, false, MODE>);
+  return MODE == Mode::Partial && scratch.arrivals != nullptr;
 }
 
-// The GEMM of `a` on `tile` in mode MODE (Partial: chunk sums into `partial`).
+// The GEMM of `a` on `tile` in mode MODE (Partial: chunk sums into `scratch`); whether the tiles'
+// last blocks added the chunks.
 template <Mode MODE>
-void launch_tile(const GemmArgs& a, GemmTile tile, float* partial, int64_t M, cudaStream_t stream,
+bool launch_tile(const GemmArgs& a, GemmTile tile, ChunkScratch scratch, int64_t M, cudaStream_t stream,
                  const std::string& context) {
+  bool summed = false;
   switch (tile) {
-    case GemmTile::T32x32: launch<32, 32, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T64x16: launch<64, 16, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T64x32: launch<64, 32, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T64x64: launch<64, 64, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T128x32: launch<128, 32, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T128x64: launch<128, 64, 8, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T128x128: launch<128, 128, 8, 8, MODE>(a, partial, M, stream, context); break;
+    case GemmTile::T32x32: summed = launch<32, 32, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T64x16: summed = launch<64, 16, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T64x32: summed = launch<64, 32, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T64x64: summed = launch<64, 64, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T128x32: summed = launch<128, 32, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T128x64: summed = launch<128, 64, 8, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T128x128: summed = launch<128, 128, 8, 8, MODE>(a, scratch, M, stream, context); break;
     case GemmTile::Count: break;
   }
   CUDA_CHECK_LAUNCH(context);
+  return summed;
 }
 
 // One per .cu file.
 void launch_whole(const GemmArgs& a, GemmTile tile, int64_t M, cudaStream_t stream, const std::string& context);
 void launch_chunks(const GemmArgs& a, GemmTile tile, int64_t M, cudaStream_t stream, const std::string& context);
-void launch_partial(const GemmArgs& a, GemmTile tile, float* partial, int64_t M, cudaStream_t stream,
+void launch_partial(const GemmArgs& a, GemmTile tile, ChunkScratch scratch, int64_t M, cudaStream_t stream,
                     const std::string& context);
 
 }  // namespace engine::custom::general::kernel
