@@ -1,10 +1,13 @@
-// A/B of the custom backend's fp32 paths per model and batch: the fused chain forced where the graph
-// qualifies against the general path forced (GeneralOptions::over_fused_chain).
+// A/B of the custom backend's fp32 paths per model and batch: VARIANTS, comma-separated, each
+// "fused" (the fused chain forced where the graph qualifies), "general" (the general path forced,
+// GeneralOptions::over_fused_chain), "general/sN" (the general path with K chunks of at least N
+// steps, GeneralOptions::min_chunk_steps) or "general/sNbM" (and M blocks at batch 1 as the chunk
+// target, GeneralOptions::chunk_target_blocks).
 // Each variant is one executable compiled for BATCH, timed over 30 CUDA-graph replays (7 at 65,536
 // and above) of a forward pass from device input (zeros, uint8 or float as the model takes), outputs
 // downloaded to pinned memory; the general variant's plan summary is printed once per model. Not
 // shipped; built by build_ab.sh.
-//   usage: general_ab BATCHES MODEL.json...   (BATCHES: comma-separated)
+//   usage: general_ab BATCHES VARIANTS MODEL.json...   (BATCHES: comma-separated)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,13 +22,18 @@
 #include "formats/model_loader.hpp"
 
 int main(int argc, char** argv) {
-  if (argc < 3) return std::fprintf(stderr, "usage: %s BATCHES MODEL.json...\n", argv[0]), 2;
+  if (argc < 4) return std::fprintf(stderr, "usage: %s BATCHES VARIANTS MODEL.json...\n", argv[0]), 2;
   std::vector<int> batches;
   {
     std::stringstream ss(argv[1]);
     for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoi(b));
   }
-  for (int mi = 2; mi < argc; ++mi) {
+  std::vector<std::string> variants;
+  {
+    std::stringstream ss(argv[2]);
+    for (std::string v; std::getline(ss, v, ',');) variants.push_back(v);
+  }
+  for (int mi = 3; mi < argc; ++mi) {
     auto model = std::make_shared<const formats::Model>(formats::load_model(argv[mi]));
     const engine::Graph graph = engine::plan_graph(model);
     const auto& in = model->input;
@@ -41,10 +49,16 @@ int main(int argc, char** argv) {
       if (cudaMallocHost(reinterpret_cast<void**>(&out), size_t(graph.output_elements(0)) * size_t(batch) * sizeof(float)) != cudaSuccess)
         return std::fprintf(stderr, "cudaMallocHost failed\n"), 1;
       float* outs[] = {out};
-      for (bool general : {false, true}) {
-        const char* name = general ? "general" : "fused";
+      for (const std::string& variant : variants) {
+        const bool general = variant != "fused";
+        const char* name = variant.c_str();
         engine::custom::CustomOptions o;
         o.general.over_fused_chain = general;
+        if (variant.rfind("general/s", 0) == 0) {  // general/sN or general/sNbM
+          const size_t b = variant.find('b', 9);
+          o.general.min_chunk_steps = std::stoi(variant.substr(9, b == std::string::npos ? std::string::npos : b - 9));
+          if (b != std::string::npos) o.general.chunk_target_blocks = std::stoi(variant.substr(b + 1));
+        }
         engine::CompileOptions c;
         c.max_batch = batch;
         try {

@@ -55,6 +55,20 @@ std::string summary_of(const std::shared_ptr<formats::Model>& model, int max_bat
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// The general path against the CPU on fresh random inputs at every batch case (outputs poisoned).
+void expect_matches_cpu(const std::shared_ptr<formats::Model>& model, uint32_t seed) {
+  auto backend = general_backend();
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  for (const auto& bc : gpu_test::batch_cases()) {
+    const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), seed + uint32_t(bc.batch));
+    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch);
+    const std::string where = "batch " + std::to_string(bc.batch) + " of " + std::to_string(bc.max_batch);
+    EXPECT_EQ(c.unwritten, 0u) << where;
+    EXPECT_LE(c.max_rel_error, kChunkTolerance) << where << ", worst " << c.worst;
+    EXPECT_GT(c.elements, 0u) << where;
+  }
+}
+
 TEST(CustomGeneralChunks, LongKLayersMatchCpu) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   auto model = deep_model(1200);
@@ -62,16 +76,7 @@ TEST(CustomGeneralChunks, LongKLayersMatchCpu) {
   EXPECT_TRUE(contains(summary, "K chunks of")) << summary;
   EXPECT_TRUE(contains(summary, "chunks on blocks at batch 1")) << summary;
   EXPECT_TRUE(contains(summary, "chunks in thread at batch 1000")) << summary;
-  auto backend = general_backend();
-  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
-  for (const auto& bc : gpu_test::batch_cases()) {
-    const auto input = testing_support::random_floats(per_sample * size_t(bc.batch), 1210u + uint32_t(bc.batch));
-    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), bc.batch, bc.max_batch);
-    const std::string where = "batch " + std::to_string(bc.batch) + " of " + std::to_string(bc.max_batch);
-    EXPECT_EQ(c.unwritten, 0u) << where;
-    EXPECT_LE(c.max_rel_error, kChunkTolerance) << where << ", worst " << c.worst;
-    EXPECT_GT(c.elements, 0u) << where;
-  }
+  expect_matches_cpu(model, 1210u);
 }
 
 // Batches of 1 and 7 run the chunks on separate blocks, 64 and 300 in one thread: the same bits.
@@ -87,6 +92,80 @@ TEST(CustomGeneralChunks, EveryTileAndChunkSpreadGivesTheSameBits) {
   for (int batch : {3, 200})
     custom_general_test::expect_every_tile_gives_the_planned_bits(deep_model(1400), batch, 1410u + uint32_t(batch),
                                                                   {true, false});
+}
+
+// One executable run again and again (plain launches, then CUDA-graph replays) at batches whose
+// chunks run on separate blocks: each tile's last block resets its arrival counter, so every run
+// gives the first run's bits, also between batches of different sizes.
+TEST(CustomGeneralChunks, RepeatedRunsGiveTheSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = deep_model(1700);
+  const engine::Graph graph = engine::plan_graph(model);
+  engine::CompileOptions options;
+  options.max_batch = 7;
+  auto exe = general_backend()->compile(graph, options);
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  const auto input = testing_support::random_floats(per_sample * 7, 1710u);
+  auto run = [&](int n) {
+    std::vector<std::vector<float>> out;
+    std::vector<float*> pointers;
+    for (size_t i = 0; i < graph.outputs.size(); ++i) out.emplace_back(size_t(graph.output_elements(i)) * size_t(n), -1.0f);
+    for (auto& o : out) pointers.push_back(o.data());
+    exe->run(input.data(), n, pointers);
+    return out;
+  };
+  const auto first7 = run(7), first2 = run(2);
+  for (bool replay : {false, true}) {
+    exe->use_graph_replay(replay);
+    for (int i = 0; i < 3; ++i)
+      for (int n : {7, 2}) {
+        const auto again = run(n);
+        const auto& first = n == 7 ? first7 : first2;
+        for (size_t o = 0; o < first.size(); ++o)
+          EXPECT_EQ(testing_support::first_bit_difference(again[o], first[o]), first[o].size())
+              << "run " << i << " at batch " << n << (replay ? " (graph replay)" : "") << ", output " << o;
+      }
+  }
+}
+
+// An MLP of odd widths (rows of A not 16-byte aligned, K not a multiple of the 8-value step): against
+// the CPU, and the planner's bits on every tile and chunk spreading.
+std::shared_ptr<formats::Model> odd_mlp(uint32_t seed) {
+  return ModelBuilder("odd_mlp", {787})
+      .dense("a", "x", 787, 509, seed)
+      .unary("a_r", OpType::Relu, "a")
+      .dense("b", "a_r", 509, 131, seed + 2)
+      .unary("b_t", OpType::Tanh, "b")
+      .dense("o", "b_t", 131, 13, seed + 4)
+      .unary("prob", OpType::Softmax, "o")
+      .outputs({"prob"})
+      .build();
+}
+
+TEST(CustomGeneralChunks, OddMlpMatchesCpuOnEveryTile) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = odd_mlp(1500);
+  expect_matches_cpu(model, 1510u);
+  for (int batch : {1, 130})
+    custom_general_test::expect_every_tile_gives_the_planned_bits(model, batch, 1520u + uint32_t(batch), {true, false});
+}
+
+// Other chunk rules (GeneralOptions::min_chunk_steps and chunk_target_blocks, constants of the plan):
+// still within tolerance of the CPU, and still the same bits for every tile and chunk spreading.
+TEST(CustomGeneralChunks, OtherChunkRulesKeepTheBitsAcrossTilesAndSpreads) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = deep_model(1600);
+  const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+  for (const auto& [steps, blocks] : std::vector<std::pair<int, int>>{{1, 256}, {3, 1024}, {16, 256}, {1000, 64}}) {
+    SCOPED_TRACE("chunks of at least " + std::to_string(steps) + " steps for " + std::to_string(blocks) + " blocks");
+    auto backend = general_backend(std::nullopt, std::nullopt, steps, blocks);
+    const auto input = testing_support::random_floats(per_sample * 9, 1610u + uint32_t(steps));
+    const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), 9, 9);
+    EXPECT_EQ(c.unwritten, 0u);
+    EXPECT_LE(c.max_rel_error, kChunkTolerance) << "worst " << c.worst;
+    custom_general_test::expect_every_tile_gives_the_planned_bits(model, 5, 1620u + uint32_t(steps), {true, false},
+                                                                  steps, blocks);
+  }
 }
 
 // Host only: the chunks cover K exactly once, at least kMinChunkTiles steps each (unless one chunk),

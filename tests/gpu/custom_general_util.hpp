@@ -15,14 +15,19 @@
 
 namespace custom_general_test {
 
-// The custom backend on the general path, optionally on one tile and with the K chunks forced on
-// blocks or in one thread.
+// The custom backend on the general path, optionally on one tile, with the K chunks forced on
+// blocks or in one thread, and with K chunks of at least `min_chunk_steps` steps aiming at
+// `chunk_target_blocks` blocks at batch 1.
 inline std::unique_ptr<engine::Backend> general_backend(std::optional<int> tile = std::nullopt,
-                                                        std::optional<bool> on_blocks = std::nullopt) {
+                                                        std::optional<bool> on_blocks = std::nullopt,
+                                                        std::optional<int> min_chunk_steps = std::nullopt,
+                                                        std::optional<int> chunk_target_blocks = std::nullopt) {
   engine::custom::CustomOptions options;
   options.general.over_fused_chain = true;
   options.general.tile = tile;
   options.general.chunks_on_blocks = on_blocks;
+  options.general.min_chunk_steps = min_chunk_steps;
+  options.general.chunk_target_blocks = chunk_target_blocks;
   return engine::custom::make_custom_backend(options);
 }
 
@@ -51,16 +56,21 @@ inline void expect_same_bits_across_splits(const std::shared_ptr<formats::Model>
 }
 
 // `batch` random images give the planner's bits on every tile, with each K-chunk spreading of
-// `spreads` (nullopt: the planner's; true: on blocks; false: in one thread).
+// `spreads` (nullopt: the planner's; true: on blocks; false: in one thread), with one K chunk rule
+// (general_backend) throughout.
 inline void expect_every_tile_gives_the_planned_bits(const std::shared_ptr<formats::Model>& model, int batch,
-                                                     uint32_t seed, const std::vector<std::optional<bool>>& spreads) {
+                                                     uint32_t seed, const std::vector<std::optional<bool>>& spreads,
+                                                     std::optional<int> min_chunk_steps = std::nullopt,
+                                                     std::optional<int> chunk_target_blocks = std::nullopt) {
   namespace general = engine::custom::general;
   const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
   const auto input = testing_support::random_floats(per_sample * size_t(batch), seed);
-  const auto planned = testing_support::run_backend(model, *general_backend(), input.data(), batch, batch);
+  const auto planned = testing_support::run_backend(model, *general_backend(std::nullopt, std::nullopt, min_chunk_steps, chunk_target_blocks),
+                                                    input.data(), batch, batch);
   for (const std::optional<bool>& spread : spreads)
     for (int t = 0; t < int(general::GemmTile::Count); ++t) {
-      const auto forced = testing_support::run_backend(model, *general_backend(t, spread), input.data(), batch, batch);
+      const auto forced = testing_support::run_backend(model, *general_backend(t, spread, min_chunk_steps, chunk_target_blocks),
+                                                       input.data(), batch, batch);
       for (size_t o = 0; o < planned.size(); ++o)
         EXPECT_EQ(testing_support::first_bit_difference(forced[o], planned[o]), planned[o].size())
             << "batch " << batch << ", tile " << general::gemm_tile_name(general::GemmTile(t))

@@ -9,7 +9,7 @@ namespace engine::custom::general {
 namespace kernel {
 
 void launch_whole(const GemmArgs& a, GemmTile tile, int64_t M, cudaStream_t stream, const std::string& context) {
-  launch_tile<Mode::Whole>(a, tile, nullptr, M, stream, context);
+  launch_tile<Mode::Whole>(a, tile, {}, M, stream, context);
 }
 
 }  // namespace kernel
@@ -60,11 +60,11 @@ int64_t gemm_rows(const GemmShape& s, bool pooled, int n) {
   return int64_t(n) * s.out_height * s.out_width;
 }
 
-GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled) {
+GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled, const ChunkRule& rule) {
   const int64_t ktiles = (s.k() + kGemmBk - 1) / kGemmBk;
   const int64_t blocks = ((gemm_rows(s, pooled, 1) + 31) / 32) * ((s.out_channels + 31) / 32);
-  const int64_t wanted = (kChunkTargetBlocks + blocks - 1) / blocks;
-  const int64_t count = std::clamp<int64_t>(std::min(wanted, ktiles / kMinChunkTiles), 1, kMaxGemmChunks);
+  const int64_t wanted = (std::max(rule.target_blocks, 1) + blocks - 1) / blocks;
+  const int64_t count = std::clamp<int64_t>(std::min(wanted, ktiles / std::max(rule.min_tiles, 1)), 1, kMaxGemmChunks);
   GemmChunks c;
   c.tiles = int((ktiles + count - 1) / count);
   c.count = c.tiles > 0 ? int((ktiles + c.tiles - 1) / c.tiles) : 1;
@@ -75,16 +75,16 @@ bool chunks_across_blocks(int64_t rows, int cols, int multiprocessors) {
   return ((rows + 31) / 32) * ((cols + 31) / 32) < multiprocessors;
 }
 
-void conv_gemm_forward(const GemmArgs& a, GemmTile tile, float* partial, int n, cudaStream_t stream,
+void conv_gemm_forward(const GemmArgs& a, GemmTile tile, ChunkScratch scratch, int n, cudaStream_t stream,
                        const std::string& context) {
   const int64_t M = gemm_rows(a.shape, a.epilogue.pool_at >= 0, n);
   if (M <= 0) return;
   if (a.chunks.count <= 1)
     kernel::launch_whole(a, tile, M, stream, context);
-  else if (partial == nullptr)
+  else if (scratch.partial == nullptr)
     kernel::launch_chunks(a, tile, M, stream, context);
   else
-    kernel::launch_partial(a, tile, partial, M, stream, context);
+    kernel::launch_partial(a, tile, scratch, M, stream, context);
 }
 
 }  // namespace engine::custom::general

@@ -12,9 +12,9 @@
 // shape) and cut into a fixed number of chunks chosen from the layer's shape alone (GemmChunks,
 // never the batch). Each chunk is one fp32 accumulator started at 0, fmaf over its k in order; the
 // output is the bias (or 0) plus the chunk sums in chunk order. One chunk: the accumulator starts
-// at the bias. A small batch runs the chunks on separate blocks (partial sums to a scratch buffer,
-// then an ordered sum kernel that runs the epilogue); a large one runs every chunk of an output in
-// the same thread. Both do the same operations in the same order, so the bits depend neither on the
+// at the bias. A small batch runs the chunks on separate blocks (partial sums to a scratch buffer;
+// the last block of a tile to finish adds them in order and runs the epilogue); a large one runs
+// every chunk of an output in the same thread. Both do the same operations in the same order, so the bits depend neither on the
 // tile, nor on the batch, nor on how the chunks are spread.
 //
 // Epilogue: up to kMaxStages stages (activation, per-channel scale_shift, add of a residual) in
@@ -69,7 +69,7 @@ struct GemmChunks {
   int tiles = 0;  // with count 1: every step
 };
 inline constexpr int kMaxGemmChunks = 128;
-inline constexpr int kMinChunkTiles = 8;        // a chunk sums at least 64 k values
+inline constexpr int kMinChunkTiles = 4;        // a chunk sums at least 32 k values
 inline constexpr int kChunkTargetBlocks = 256;  // blocks a batch of 1 should have (a fixed count: the
                                                 // chunks, hence the bits, are the same on every device)
 
@@ -98,17 +98,31 @@ GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors);
 int64_t gemm_rows(const GemmShape& s, bool pooled, int n);
 
 // The chunks of a layer, from its shape alone: enough that a batch of 1 gives about
-// kChunkTargetBlocks blocks of the smallest tile, each chunk at least kMinChunkTiles steps.
-GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled);
+// rule.target_blocks blocks of the smallest tile, each chunk at least rule.min_tiles steps.
+struct ChunkRule {
+  int min_tiles = kMinChunkTiles;
+  int target_blocks = kChunkTargetBlocks;
+};
+GemmChunks plan_gemm_chunks(const GemmShape& s, bool pooled, const ChunkRule& rule = {});
 // Whether a launch of `rows` x `cols` outputs runs its chunks on separate blocks: when even the
 // smallest tile leaves multiprocessors without a block.
 bool chunks_across_blocks(int64_t rows, int cols, int multiprocessors);
 // Floats of scratch the chunks of such a launch need: chunks x rows x cols.
 inline int64_t gemm_partial_floats(int64_t rows, int cols, const GemmChunks& c) { return int64_t(c.count) * rows * cols; }
+// Arrival counters such a launch needs (one per output tile): a bound over every tile shape.
+inline int64_t gemm_arrival_counters(int64_t rows, int cols) { return ((rows + 31) / 32) * ((cols + 15) / 16); }
 
-// One conv2d/dense node. `partial`: scratch of gemm_partial_floats() floats, or null (the chunks
-// then run in one thread); unused with one chunk.
-void conv_gemm_forward(const GemmArgs& args, GemmTile tile, float* partial, int n, cudaStream_t stream,
+// Scratch of a launch that runs its chunks on separate blocks: `partial`, gemm_partial_floats()
+// floats for the chunk sums; `arrivals`, gemm_arrival_counters() counters, zero between launches
+// (the last block of a tile to arrive adds the chunk sums in order, runs the epilogue and resets
+// its counter).
+struct ChunkScratch {
+  float* partial = nullptr;
+  unsigned* arrivals = nullptr;
+};
+
+// One conv2d/dense node. `scratch.partial` null: the chunks run in one thread; unused with one chunk.
+void conv_gemm_forward(const GemmArgs& args, GemmTile tile, ChunkScratch scratch, int n, cudaStream_t stream,
                        const std::string& context);
 
 }  // namespace engine::custom::general

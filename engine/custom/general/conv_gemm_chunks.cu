@@ -6,7 +6,7 @@
 namespace engine::custom::general::kernel {
 
 void launch_chunks(const GemmArgs& a, GemmTile tile, int64_t M, cudaStream_t stream, const std::string& context) {
-  launch_tile<Mode::Chunks>(a, tile, nullptr, M, stream, context);
+  launch_tile<Mode::Chunks>(a, tile, {}, M, stream, context);
 }
 
 }  // namespace engine::custom::general::kernel

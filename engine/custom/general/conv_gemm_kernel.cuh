@@ -1,8 +1,9 @@
 #pragma once
 // The implicit-GEMM kernel of conv_gemm.hpp as templates, included by the three .cu files that
 // instantiate it, one per way of running the K chunks (conv_gemm.cu: one chunk; conv_gemm_chunks.cu:
-// every chunk in one thread; conv_gemm_partial.cu: chunks on separate blocks and the ordered sum), so
-// that the three compile in parallel.
+// every chunk in one thread; conv_gemm_partial.cu: chunks on separate blocks, the last block of a
+// tile adding them in order), so that the three compile in parallel.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -57,25 +58,139 @@ __device__ __forceinline__ void store_pooled(const GemmShape& s, const GemmEpilo
 
 // How a launch treats the K chunks (GemmChunks): one chunk started at the bias; every chunk in the
 // same thread (a second accumulator per output takes each chunk's sum); or chunk blockIdx.z only,
-// its sum (from 0) stored to partial[(z * oc + n) * M + m] for chunk_sum_kernel.
+// its sum (from 0) stored to partial[(z * oc + n) * M + m], added in order by the tile's last block
+// (ordered_tile_sum) or by chunk_sum_kernel.
 enum class Mode { Whole, Chunks, Partial };
 
+// The tile's last block adds the chunks (one kernel per layer) while that takes at most this many
+// loads per thread; beyond (large tiles over a few images), chunk_sum_kernel spreads the sum over the
+// whole device instead. The same additions in the same order either way.
+inline constexpr int kLastBlockLoads = 64;
+
+// t plus the `count` values p[0], p[stride], ... added in order; the loads go out 8 at a time (they
+// are independent, only the additions are ordered) and bypass L1 (other blocks wrote them).
+__device__ __forceinline__ float ordered_sum(float t, const float* p, int count, int64_t stride) {
+  int z = 0;
+  for (; z + 8 <= count; z += 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = __ldcg(p + (z + u) * stride);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) t = t + v[u];
+  }
+  for (; z < count; ++z) t = t + __ldcg(p + z * stride);
+  return t;
+}
+
+// The outputs of the BM x BN tile at (m0, n0): the bias plus the chunk sums in `partial` in chunk
+// order, then the epilogue, the block's threads taking the tile's valid outputs (pooled: windows)
+// in turn, rows fastest.
+template <int BM, int BN, int THREADS, bool POOL>
+__device__ void ordered_tile_sum(const float* partial, int count, const GemmShape& s, const GemmEpilogue& e,
+                                 int64_t M, int64_t m0, int n0) {
+  const int oc = s.out_channels;
+  const int rows = int(min(int64_t(BM), M - m0)), cols = min(BN, oc - n0);
+  const int64_t stride = int64_t(oc) * M;
+  if constexpr (POOL) {
+    const int windows = rows / 4;  // M and m0 are multiples of 4
+    for (int o = threadIdx.x; o < windows * cols; o += THREADS) {
+      const int n = n0 + o / windows;
+      const int64_t m = m0 + 4 * (o % windows);
+      const float b0 = e.bias != nullptr ? e.bias[n] : 0.0f;
+      float v[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r] = ordered_sum(b0, partial + int64_t(n) * M + m + r, count, stride);
+      store_pooled(s, e, v, m >> 2, n);
+    }
+  } else {
+    const int64_t spatial = int64_t(s.out_height) * s.out_width;
+    for (int o = threadIdx.x; o < rows * cols; o += THREADS) {
+      const int n = n0 + o / rows;
+      const int64_t m = m0 + o % rows;
+      const float b0 = e.bias != nullptr ? e.bias[n] : 0.0f;
+      const float t = ordered_sum(b0, partial + int64_t(n) * M + m, count, stride);
+      const int64_t b = m / spatial;
+      store_plain(e, t, b, m - b * spatial, spatial, n, oc);
+    }
+  }
+}
+
+// Steps of kGemmBk values of k in flight: a step's A and B are copied into shared memory by
+// cp.async kGemmStages - 1 steps before the threads multiply them, so that the global latency of a
+// step (for a conv, a k-table read, then the gathered input) hides behind the arithmetic of the
+// steps before it.
+inline constexpr int kGemmStages = 4;
+// A's rows in shared memory ([k][BM + kApad]) are padded so that the dense loader's stores (8 values
+// of k per row of A) fall in distinct banks; a multiple of 4 keeps the float4 reads aligned.
+inline constexpr int kApad = 4;
+
+// Floats of one pipeline stage (A [BK][BM + kApad], then B [BK][BN]) and the bytes of dynamic shared
+// memory of a launch: the stages, then (Mode::Chunks) the bias plus the finished chunks' sums per
+// output, [TM * TN][threads] (consecutive threads, consecutive banks).
+template <int BM, int BN>
+constexpr int stage_floats() {
+  return kGemmBk * (BM + kApad + BN);
+}
+template <int BM, int BN, int TM, int TN, Mode MODE>
+constexpr size_t gemm_smem_bytes() {
+  constexpr size_t threads = size_t(BM / TM) * (BN / TN);
+  return (size_t(kGemmStages) * stage_floats<BM, BN>() + (MODE == Mode::Chunks ? size_t(TM) * TN * threads : 0)) *
+         sizeof(float);
+}
+
+// 4 bytes global -> shared, asynchronous; `valid` false: nothing is read, the destination is zeroed.
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+// 16 aligned bytes global -> shared, asynchronous, bypassing L1 (the weights: read once per block).
+__device__ __forceinline__ void cp_async_16(float* dst, const float* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// Threads per SM the register budget must allow: 512 (128 registers a thread) for 8x8 thread tiles
+// (two blocks of 256) and blocks of 64 threads (small batches: few blocks, registers to spare), 768
+// (80 registers) for the others, so that one block's barrier waits and gathers hide behind another
+// block's arithmetic.
+template <int TM, int TN, int THREADS>
+constexpr int resident_threads() {
+  return TM * TN >= 64 || THREADS < 128 ? 512 : 768;
+}
+
 template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL, Mode MODE>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+__global__ void __launch_bounds__((BM / TM) * (BN / TN),
+                                  resident_threads<TM, TN, (BM / TM) * (BN / TN)>() / ((BM / TM) * (BN / TN)))
     conv_gemm_kernel(const float* __restrict__ x, const float* __restrict__ w, const int4* __restrict__ ktab,
-                     int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial, int64_t M) {
+                     int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial,
+                     unsigned* __restrict__ arrivals, int64_t M) {
   constexpr int BK = kGemmBk;
   constexpr int RY = BM / TM, RX = BN / TN;  // threads along m and along n
   constexpr int THREADS = RY * RX;
-  constexpr int A_PER = BM * BK / THREADS, B_PER = BN * BK / THREADS;
+  constexpr int A_LD = BM + kApad;
+  constexpr int A_PER = BM * BK / THREADS;  // values of A each thread copies per step
+  constexpr int B_VEC = BN * BK / 4;        // float4s of B per step
+  constexpr int STAGE = stage_floats<BM, BN>();
   static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are read as float4");
   static_assert(THREADS % BM == 0 || DENSE, "the conv loader gives each thread one row");
-  static_assert(THREADS % BN == 0 && (BM * BK) % THREADS == 0 && (BN * BK) % THREADS == 0, "loader shapes");
-  __shared__ __align__(16) float As[2][BK][BM];
-  __shared__ __align__(16) float Bs[2][BK][BN];
+  static_assert(THREADS % BK == 0 && (BM * BK) % THREADS == 0 && BN % 4 == 0, "loader shapes");
+  static_assert(STAGE % 4 == 0 && (BK * A_LD) % 4 == 0, "stages and B start 16-byte aligned");
+  extern __shared__ __align__(16) float smem[];
 
+  // A warp is 8 threads along m (consecutive pixels: its stores cover 32 rows) by 4 along n, so that
+  // its float4 reads of a k row of A cover 128 contiguous bytes and those of B 64 (one shared-memory
+  // wavefront each). Which thread owns an output changes no operation on it.
+  constexpr int WY = 8, WX = 32 / WY;
+  static_assert(RY % WY == 0 && RX % WX == 0, "whole warps");
   const int tid = threadIdx.x;
-  const int ty = tid % RY, tx = tid / RY;  // m fastest: a warp's stores cover consecutive pixels
+  const int lane = tid % 32, warp = tid / 32;
+  const int ty = (warp % (RY / WY)) * WY + lane % WY;
+  const int tx = (warp / (RY / WY)) * WX + lane / WY;
   const int64_t m0 = int64_t(blockIdx.x) * BM;
   const int n0 = blockIdx.y * BN;
   const int K = s.channels * s.kernel_h * s.kernel_w;
@@ -118,48 +233,71 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     ix0 = ox * s.stride_w - s.pad_left;
   }
 
-  float ra[A_PER], rb[B_PER];
-  auto load = [&](int kt) {
+  // The conv loader's k-table entries of the next step it issues. With 4x4 thread tiles (the tiles
+  // of small batches, few warps per SM) they are read one step ahead into registers, so that a
+  // step's gather waits for no k-table read; larger thread tiles (large batches) read them when they
+  // issue, their latency hidden by the other blocks on the SM, the registers left to the accumulators.
+  constexpr bool TAB_AHEAD = !DENSE && TM * TN <= 16;
+  constexpr int kNoRow = -(1 << 29);  // a window row no input has: the bounds test fails
+  int4 tab[TAB_AHEAD ? A_PER : 1];
+  auto read_tab = [&](int kt) {
 #pragma unroll
-    for (int i = 0; i < A_PER; ++i) {
-      float v = 0.0f;
-      if constexpr (DENSE) {
-        const int kk = kt * BK + tid % BK;
-        const int64_t m = m0 + tid / BK + i * (THREADS / BK);
-        if (m < M && kk < K) v = x[m * K + kk];
-      } else {
-        const int kk = kt * BK + tid / BM + i * (THREADS / BM);
-        if (row_valid && kk < K) {
-          const int4 t = __ldg(&ktab[kk]);
-          const int iy = iy0 + t.y, ix = ix0 + t.z;
-          if (unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width)) v = xb[t.x + iy * s.width + ix];
-        }
-      }
-      ra[i] = v;
-    }
-#pragma unroll
-    for (int i = 0; i < B_PER; ++i) {
-      const int kk = kt * BK + tid / BN + i * (THREADS / BN);  // rows past K are packed as zeros
-      rb[i] = __ldg(&w[int64_t(kk) * ocp + n0 + tid % BN]);
+    for (int i = 0; i < (TAB_AHEAD ? A_PER : 1); ++i) {
+      const int k = kt * BK + tid / BM + i * (THREADS / BM);
+      tab[i] = row_valid && k < K ? __ldg(&ktab[k]) : make_int4(0, kNoRow, 0, 0);
     }
   };
-  auto store = [&](int buf) {
+  if constexpr (TAB_AHEAD) read_tab(kt_begin);
+
+  // Step kt's A and B into pipeline stage `stage` (values outside the input or past K as zeros; B's
+  // rows past K are packed as zeros).
+  auto issue = [&](int kt, int stage) {
+    float* As = smem + stage * STAGE;
+    float* Bs = As + BK * A_LD;
 #pragma unroll
     for (int i = 0; i < A_PER; ++i) {
-      if constexpr (DENSE)
-        As[buf][tid % BK][tid / BK + i * (THREADS / BK)] = ra[i];
-      else
-        As[buf][tid / BM + i * (THREADS / BM)][tid % BM] = ra[i];
+      if constexpr (DENSE) {
+        const int kk = tid % BK, r = tid / BK + i * (THREADS / BK);
+        const int k = kt * BK + kk;
+        const int64_t m = m0 + r;
+        const bool ok = m < M && k < K;
+        cp_async_4(&As[kk * A_LD + r], ok ? x + m * K + k : x, ok);
+      } else if constexpr (TAB_AHEAD) {
+        const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
+        const int4 t = tab[i];  // step kt's entry (kNoRow past K or for a row past M)
+        const int iy = iy0 + t.y, ix = ix0 + t.z;
+        const bool ok = unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width);
+        cp_async_4(&As[kk * A_LD + r], ok ? xb + t.x + iy * s.width + ix : x, ok);
+      } else {
+        const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
+        const int k = kt * BK + kk;
+        const float* src = x;
+        bool ok = false;
+        if (row_valid && k < K) {
+          const int4 t = __ldg(&ktab[k]);
+          const int iy = iy0 + t.y, ix = ix0 + t.z;
+          if (unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width)) {
+            ok = true;
+            src = xb + t.x + iy * s.width + ix;
+          }
+        }
+        cp_async_4(&As[kk * A_LD + r], src, ok);
+      }
     }
+    if constexpr (TAB_AHEAD)
+      if (kt + 1 < kt_end) read_tab(kt + 1);
 #pragma unroll
-    for (int i = 0; i < B_PER; ++i) Bs[buf][tid / BN + i * (THREADS / BN)][tid % BN] = rb[i];
+    for (int u = tid; u < B_VEC; u += THREADS) {
+      const int kk = u / (BN / 4), col = (u % (BN / 4)) * 4;
+      cp_async_16(&Bs[kk * BN + col], w + int64_t(kt * BK + kk) * ocp + n0 + col);
+    }
   };
 
   // acc: the running sum (of everything with one chunk, of the current chunk otherwise). Mode::Chunks:
-  // the bias plus the finished chunks' sums, in order, in this thread's slots of dynamic shared
-  // memory ([TM * TN][THREADS]: consecutive threads, consecutive banks), touched once per chunk, so
-  // that the registers hold one accumulator per output as in the other modes.
-  extern __shared__ float totals[];
+  // the bias plus the finished chunks' sums, in order, in this thread's slots of shared memory after
+  // the stages, touched once per chunk, so that the registers hold one accumulator per output as in
+  // the other modes.
+  float* totals = smem + kGemmStages * STAGE;
   float acc[TM][TN];
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
@@ -172,24 +310,35 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     }
   }
 
-  load(kt_begin);
-  store(0);
-  __syncthreads();
-  int in_chunk = 0;
+  // Steps kt_begin .. + kGemmStages - 2 in flight (one commit group per step, empty past the end).
+#pragma unroll
+  for (int p = 0; p < kGemmStages - 1; ++p) {
+    if (kt_begin + p < kt_end) issue(kt_begin + p, p);
+    cp_async_commit();
+  }
+  int in_chunk = 0, stage = 0;
   for (int kt = kt_begin; kt < kt_end; ++kt) {
-    const int buf = (kt - kt_begin) & 1;
-    if (kt + 1 < kt_end) load(kt + 1);
+    cp_async_wait<kGemmStages - 2>();  // this thread's copies of step kt have landed
+    __syncthreads();                    // everyone's; and everyone is done with step kt - 1's stage
+    {
+      const int ahead = kt + kGemmStages - 1;
+      const int into = stage == 0 ? kGemmStages - 1 : stage - 1;  // step kt - 1's stage
+      if (ahead < kt_end) issue(ahead, into);
+      cp_async_commit();
+    }
+    const float* As = smem + stage * STAGE;
+    const float* Bs = As + BK * A_LD;
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], bv[TN];
 #pragma unroll
       for (int g = 0; g < TM / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][g * RY * 4 + ty * 4]);
+        const float4 v = *reinterpret_cast<const float4*>(&As[kk * A_LD + g * RY * 4 + ty * 4]);
         a[g * 4] = v.x, a[g * 4 + 1] = v.y, a[g * 4 + 2] = v.z, a[g * 4 + 3] = v.w;
       }
 #pragma unroll
       for (int g = 0; g < TN / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][g * RX * 4 + tx * 4]);
+        const float4 v = *reinterpret_cast<const float4*>(&Bs[kk * BN + g * RX * 4 + tx * 4]);
         bv[g * 4] = v.x, bv[g * 4 + 1] = v.y, bv[g * 4 + 2] = v.z, bv[g * 4 + 3] = v.w;
       }
 #pragma unroll
@@ -210,9 +359,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
           }
       }
     }
-    if (kt + 1 < kt_end) store(buf ^ 1);  // that buffer was last read before the previous barrier
-    __syncthreads();
+    stage = stage + 1 == kGemmStages ? 0 : stage + 1;
   }
+  cp_async_wait<0>();  // no copy outlives the block (the groups past the end are empty)
   if constexpr (MODE == Mode::Chunks) {
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -221,11 +370,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 
   const int oc = s.out_channels;
+  if constexpr (MODE == Mode::Partial) {
+    float* pz = partial + int64_t(blockIdx.z) * oc * M;
 #pragma unroll
-  for (int g = 0; g < TM / 4; ++g) {
-    const int64_t mg = m0 + g * RY * 4 + ty * 4;  // first of this thread's 4 consecutive rows
-    if constexpr (MODE == Mode::Partial) {
-      float* pz = partial + int64_t(blockIdx.z) * oc * M;
+    for (int g = 0; g < TM / 4; ++g) {
+      const int64_t mg = m0 + g * RY * 4 + ty * 4;
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         if (mg + r >= M) continue;
@@ -235,7 +384,28 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
           if (n < oc) pz[int64_t(n) * M + mg + r] = acc[g * 4 + r][j];
         }
       }
-    } else if constexpr (POOL) {
+    }
+    if (arrivals == nullptr) return;  // chunk_sum_kernel adds the chunks
+    // The last of the tile's gridDim.z blocks to arrive sees every chunk's sum (each block's stores
+    // are made visible device-wide before it counts itself) and adds them in order.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      unsigned& arrived = arrivals[blockIdx.y * gridDim.x + blockIdx.x];
+      last = atomicAdd(&arrived, 1u) + 1 == gridDim.z;
+      if (last) arrived = 0;  // every block of the tile has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    ordered_tile_sum<BM, BN, THREADS, POOL>(partial, int(gridDim.z), s, e, M, m0, n0);
+    return;
+  } else {
+#pragma unroll
+  for (int g = 0; g < TM / 4; ++g) {
+    const int64_t mg = m0 + g * RY * 4 + ty * 4;  // first of this thread's 4 consecutive rows
+    if constexpr (POOL) {
       if (mg >= M) continue;
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
@@ -259,10 +429,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
       }
     }
   }
+  }
 }
 
+// Returns whether the tiles' last blocks added the chunks (Mode::Partial).
 template <int BM, int BN, int TM, int TN, Mode MODE>
-void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, const std::string& context) {
+bool launch(const GemmArgs& a, ChunkScratch scratch, int64_t M, cudaStream_t stream, const std::string& context) {
   const int64_t row_blocks = (M + BM - 1) / BM, col_blocks = (a.shape.out_channels + BN - 1) / BN;
   if (row_blocks > INT_MAX || col_blocks > 65535)
     throw gpu::CudaError(context + ": " + std::to_string(M) + " x " + std::to_string(a.shape.out_channels) +
@@ -270,13 +442,21 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks),
                   MODE == Mode::Partial ? static_cast<unsigned>(a.chunks.count) : 1u);
   constexpr int threads = (BM / TM) * (BN / TN);
-  constexpr size_t smem = MODE == Mode::Chunks ? size_t(TM) * TN * threads * sizeof(float) : 0;
+  constexpr size_t smem = gemm_smem_bytes<BM, BN, TM, TN, MODE>();
   const auto& c = a.chunks;
+  if constexpr (MODE == Mode::Partial) {
+    const int64_t sums = std::min<int64_t>(BM, M) * std::min(BN, a.shape.out_channels) * c.count;
+    if (sums > int64_t(kLastBlockLoads) * threads) scratch.arrivals = nullptr;
+  }
   auto run = [&](auto kernel) {
-    if constexpr (smem > 48 * 1024)  // past the default limit: opt in (a host-side attribute, cheap)
+    // Past the default limit: opt in (a host-side attribute, cheap). No carveout preference: the
+    // driver sizes shared memory for the blocks that fit and leaves the rest to L1, which the conv
+    // gather reads through.
+    if constexpr (smem > 48 * 1024)
       CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                      context + ": shared memory for the K chunks' sums");
-    kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue, partial, M);
+    kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue,
+                                            scratch.partial, scratch.arrivals, M);
   };
   if (a.shape.dense)
     run(conv_gemm_kernel<BM, BN, TM, TN, true, false, MODE>);
@@ -284,29 +464,33 @@ void launch(const GemmArgs& a, float* partial, int64_t M, cudaStream_t stream, c
     run(conv_gemm_kernel<BM, BN, TM, TN, false, true, MODE>);
   else
     run(conv_gemm_kernel<BM, BN, TM, TN, false, false, MODE>);
+  return MODE == Mode::Partial && scratch.arrivals != nullptr;
 }
 
-// The GEMM of `a` on `tile` in mode MODE (Partial: chunk sums into `partial`).
+// The GEMM of `a` on `tile` in mode MODE (Partial: chunk sums into `scratch`); whether the tiles'
+// last blocks added the chunks.
 template <Mode MODE>
-void launch_tile(const GemmArgs& a, GemmTile tile, float* partial, int64_t M, cudaStream_t stream,
+bool launch_tile(const GemmArgs& a, GemmTile tile, ChunkScratch scratch, int64_t M, cudaStream_t stream,
                  const std::string& context) {
+  bool summed = false;
   switch (tile) {
-    case GemmTile::T32x32: launch<32, 32, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T64x16: launch<64, 16, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T64x32: launch<64, 32, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T64x64: launch<64, 64, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T128x32: launch<128, 32, 4, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T128x64: launch<128, 64, 8, 4, MODE>(a, partial, M, stream, context); break;
-    case GemmTile::T128x128: launch<128, 128, 8, 8, MODE>(a, partial, M, stream, context); break;
+    case GemmTile::T32x32: summed = launch<32, 32, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T64x16: summed = launch<64, 16, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T64x32: summed = launch<64, 32, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T64x64: summed = launch<64, 64, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T128x32: summed = launch<128, 32, 4, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T128x64: summed = launch<128, 64, 8, 4, MODE>(a, scratch, M, stream, context); break;
+    case GemmTile::T128x128: summed = launch<128, 128, 8, 8, MODE>(a, scratch, M, stream, context); break;
     case GemmTile::Count: break;
   }
   CUDA_CHECK_LAUNCH(context);
+  return summed;
 }
 
 // One per .cu file.
 void launch_whole(const GemmArgs& a, GemmTile tile, int64_t M, cudaStream_t stream, const std::string& context);
 void launch_chunks(const GemmArgs& a, GemmTile tile, int64_t M, cudaStream_t stream, const std::string& context);
-void launch_partial(const GemmArgs& a, GemmTile tile, float* partial, int64_t M, cudaStream_t stream,
+void launch_partial(const GemmArgs& a, GemmTile tile, ChunkScratch scratch, int64_t M, cudaStream_t stream,
                     const std::string& context);
 
 }  // namespace engine::custom::general::kernel

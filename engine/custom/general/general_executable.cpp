@@ -71,6 +71,8 @@ class GeneralExecutable final : public gpu::GpuExecutable {
     }
     if (partial_floats_ > 0) {
       partial_ = gpu::DeviceBuffer<float>(size_t(partial_floats_), "K chunks' partial sums");
+      arrivals_ = gpu::DeviceBuffer<unsigned>(size_t(arrival_counters_), "K chunks' arrival counters");
+      CUDA_CHECK_CTX(cudaMemsetAsync(arrivals_.data(), 0, arrivals_.bytes(), stream()), "zeroing the arrival counters");
       lines.push_back(fmt::format("K chunks' partial sums (small batches): {:.2f} MiB", double(partial_floats_) * 4 / (1 << 20)));
     }
     for (const auto& line : lines) summary_ += (summary_.empty() ? "" : "\n") + line;
@@ -87,7 +89,8 @@ class GeneralExecutable final : public gpu::GpuExecutable {
             if constexpr (std::is_same_v<T, GemmStep>) {
               const GemmArgs& a = gemm_args_[size_t(launch_index_[i])];
               const Launch l = launch_for(a, n);
-              conv_gemm_forward(a, l.tile, l.across_blocks ? partial_.data() : nullptr, n, s, step.context);
+              conv_gemm_forward(a, l.tile, l.across_blocks ? ChunkScratch{partial_.data(), arrivals_.data()} : ChunkScratch{},
+                                n, s, step.context);
             } else if constexpr (std::is_same_v<T, PoolStep>) {
               const Pool2dArgs& a = pool_args_[size_t(launch_index_[i])];
               if (op.max) maxpool_forward(a, pool_plan(a.shape, limits_), n, s, step.context);
@@ -132,7 +135,8 @@ class GeneralExecutable final : public gpu::GpuExecutable {
     const int cols = a.shape.out_channels;
     const bool across = a.chunks.count > 1 &&
                         (forced_on_blocks_ ? *forced_on_blocks_ : chunks_across_blocks(rows, cols, sms_)) &&
-                        gemm_partial_floats(rows, cols, a.chunks) <= partial_floats_;
+                        gemm_partial_floats(rows, cols, a.chunks) <= partial_floats_ &&
+                        gemm_arrival_counters(rows, cols) <= arrival_counters_;
     const int blocks_wanted = across ? (sms_ + a.chunks.count - 1) / a.chunks.count : sms_;
     return {forced_tile_ ? GemmTile(*forced_tile_) : choose_gemm_tile(rows, cols, blocks_wanted), across};
   }
@@ -226,6 +230,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
       const int64_t rows = gemm_rows(a.shape, pooled, n);
       if (!forced_on_blocks_ && !chunks_across_blocks(rows, a.shape.out_channels, sms_)) break;
       partial_floats_ = std::max(partial_floats_, gemm_partial_floats(rows, a.shape.out_channels, a.chunks));
+      arrival_counters_ = std::max(arrival_counters_, gemm_arrival_counters(rows, a.shape.out_channels));
     }
     gemm_args_.push_back(a);
     const std::string chunks =
@@ -280,7 +285,8 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   ElementwiseLaunch elementwise_;
   gpu::DeviceBuffer<float> buffer_;
   gpu::DeviceBuffer<float> partial_;  // the K chunks' partial sums of small-batch launches
-  int64_t partial_floats_ = 0;
+  gpu::DeviceBuffer<unsigned> arrivals_;  // per output tile of such a launch: its chunks done so far
+  int64_t partial_floats_ = 0, arrival_counters_ = 0;
   std::vector<gpu::DeviceBuffer<float>> weights_;
   std::vector<gpu::DeviceBuffer<int>> tables_;
   std::vector<GemmArgs> gemm_args_;
@@ -297,7 +303,13 @@ class GeneralExecutable final : public gpu::GpuExecutable {
 std::unique_ptr<Executable> make_general_executable(const Graph& graph, const CompileOptions& options,
                                                     const GeneralOptions& general, std::string header,
                                                     std::string why_not_fused) {
-  return std::make_unique<GeneralExecutable>(plan_general(graph), options, general, std::move(header),
+  ChunkRule rule;
+  rule.min_tiles = general.min_chunk_steps.value_or(kMinChunkTiles);
+  rule.target_blocks = general.chunk_target_blocks.value_or(kChunkTargetBlocks);
+  if (rule.min_tiles < 1 || rule.target_blocks < 1)
+    throw std::invalid_argument(fmt::format("custom: K chunks of at least {} steps for {} blocks: both must be positive",
+                                            rule.min_tiles, rule.target_blocks));
+  return std::make_unique<GeneralExecutable>(plan_general(graph, rule), options, general, std::move(header),
                                              std::move(why_not_fused));
 }
 

@@ -67,7 +67,7 @@ void pack_weights(const formats::Node& node, GemmStep& step) {
 
 }  // namespace
 
-GeneralPlan plan_general(const Graph& graph) {
+GeneralPlan plan_general(const Graph& graph, const ChunkRule& chunks) {
   GeneralPlan plan;
   {
     FusionGroup all{{}, "general fp32 path"};
@@ -125,7 +125,7 @@ GeneralPlan plan_general(const Graph& graph) {
           cur = cp.output;
         }
         gs.y = cur;
-        gs.chunks = plan_gemm_chunks(gs.shape, gs.pool_at >= 0);
+        gs.chunks = plan_gemm_chunks(gs.shape, gs.pool_at >= 0, chunks);
         gemm_written[size_t(cur)] = true;
         step.op = std::move(gs);
         break;

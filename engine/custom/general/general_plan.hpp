@@ -90,6 +90,7 @@ struct GeneralPlan {
   int in_place_slices = 0;    // concat inputs written straight into their slice
 };
 
-GeneralPlan plan_general(const Graph& graph);
+// `chunks`: how a layer's K is cut (plan_gemm_chunks).
+GeneralPlan plan_general(const Graph& graph, const ChunkRule& chunks = {});
 
 }  // namespace engine::custom::general
