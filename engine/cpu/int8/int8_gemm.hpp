@@ -20,6 +20,27 @@ inline constexpr int kColumnStep = 16;
 // in for another file's at link time.
 static inline int round_up(int x, int step) { return (x + step - 1) / step * step; }
 
+// One image's stride-1 convolution of a one-channel quantized image (a network's first layer): with
+// one channel an im2col row is kw bytes per window row and few output channels fill few lanes, so
+// this computes output pixels across the lanes instead, each int32 lane the exact sum of its
+// pixel's taps, then the epilogue (requantize_rows' operations), then `pool` (maxpool's or
+// avgpool's operations), written NHWC: the same bits as im2col, product, epilogue and pool.
+struct PlaneConv {
+  const uint8_t* padded = nullptr;  // the quantized padded image [rows][wp], kIm2colSlack bytes after it
+  int wp = 0, kh = 0, kw = 0;
+  int out_h = 0, out_w = 0;         // the convolution's output (before the pool)
+  const int32_t* taps = nullptr;    // [n][kh][ceil(kw / 4)]: four int8 weights of a window row per int32, zeros past kw
+  int n = 0;
+  const int32_t* offset = nullptr;  // as requantize_rows'
+  const double* scale = nullptr;
+  const double* bias = nullptr;
+  Act act = Act::None;
+  Pool pool = Pool::None;
+  float* scratch = nullptr;  // plane_conv_scratch(n, out_w) floats
+  float* y = nullptr;
+};
+static inline int64_t plane_conv_scratch(int n, int out_w) { return 3 * int64_t(n) * ((out_w + 31) / 32 * 32); }
+
 struct Int8Gemm {
   const char* name = "";
   // Bytes of the packed form of an [n][kp] int8 weight matrix (kp a multiple of kKStep).
@@ -34,6 +55,8 @@ struct Int8Gemm {
   void (*quantize)(const float* x, int64_t n, float scale, uint8_t* q) = nullptr;
   void (*requantize_rows)(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,
                           const double* bias, Act act, float* y) = nullptr;
+  // PlaneConv; nullptr where the set has none (the convolution then goes through im2col).
+  void (*plane_conv)(const PlaneConv& c) = nullptr;
 };
 
 // AVX-512 VNNI (vpdpbusd): weights as [n/16][kp/4][16][4]. nullptr where not compiled in.

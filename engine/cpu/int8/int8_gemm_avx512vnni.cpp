@@ -5,7 +5,10 @@
 // in registers for the whole of k.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
+#include <utility>
 
 #include "engine/cpu/int8/int8_gemm.hpp"
 #include "engine/cpu/int8/int8_tiles.hpp"
@@ -123,10 +126,127 @@ void requantize_rows_avx512(const int32_t* c, int ldc, int rows, int n, const in
   }
 }
 
+// The sums of one output row's 16 pixels from j0 for channels [o0, o0 + N): one vpdpbusd per
+// channel and four taps, the activations (lane l: bytes l..l+3 from a window row's tap 4g) made
+// by vpermd (lane group L: dwords L..L+3) and vpshufb (bytes t..t+3 of the group's first 7).
+template <int N>
+void plane_sums(const PlaneConv& c, int i, int j0, int o0, __m512i* acc) {
+  const int groups = (c.kw + 3) / 4;
+  const __m512i dwords = _mm512_setr_epi32(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
+  const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6));
+  for (int o = 0; o < N; ++o) acc[o] = _mm512_setzero_si512();
+  for (int p = 0; p < c.kh; ++p)
+    for (int g = 0; g < groups; ++g) {
+      const uint8_t* src = c.padded + size_t(i + p) * c.wp + j0 + 4 * g;
+      const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+      const __m512i a = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, raw), bytes);
+      const int32_t* w = c.taps + (size_t(o0) * c.kh + p) * groups + g;
+      for (int o = 0; o < N; ++o)
+        acc[o] = _mm512_dpbusd_epi32(acc[o], a, _mm512_set1_epi32(w[size_t(o) * c.kh * groups]));
+    }
+}
+
+// requantize_rows' operations on 8 sums of channel o.
+__m256 requantize8(__m256i sums, const PlaneConv& c, int o) {
+  const __m256i s = _mm256_sub_epi32(sums, _mm256_set1_epi32(c.offset[o]));
+  const __m512d v = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(s), _mm512_set1_pd(c.scale[o])),
+                                  _mm512_set1_pd(c.bias[o]));
+  __m256 f = _mm512_cvtpd_ps(v);
+  if (c.act == Act::Relu) f = _mm256_max_ps(f, _mm256_setzero_ps());
+  if (c.act == Act::Tanh) f = tanh8(f);
+  return f;
+}
+
+// Output row i of channels [o0, o0 + N) into `row` ([n][ld] floats).
+template <int N>
+void plane_row(const PlaneConv& c, int i, int o0, float* row, int ld) {
+  __m512i acc[N];
+  for (int j0 = 0; j0 < c.out_w; j0 += 16) {
+    plane_sums<N>(c, i, j0, o0, acc);
+    for (int o = 0; o < N; ++o) {
+      float* r = row + size_t(o0 + o) * ld + j0;
+      _mm256_storeu_ps(r, requantize8(_mm512_castsi512_si256(acc[o]), c, o0 + o));
+      _mm256_storeu_ps(r + 8, requantize8(_mm512_extracti64x4_epi64(acc[o], 1), c, o0 + o));
+    }
+  }
+}
+
+template <int... N>
+void plane_row_of(int channels, const PlaneConv& c, int i, int o0, float* row, int ld, std::integer_sequence<int, N...>) {
+  using Row = void (*)(const PlaneConv&, int, int, float*, int);
+  static constexpr Row rows[] = {plane_row<N + 1>...};
+  rows[channels - 1](c, i, o0, row, ld);
+}
+
+// Every channel of output row i into `row`, 16 channels at a time.
+void plane_all(const PlaneConv& c, int i, float* row, int ld) {
+  for (int o0 = 0; o0 < c.n; o0 += 16)
+    plane_row_of(std::min(16, c.n - o0), c, i, o0, row, ld, std::make_integer_sequence<int, 16>{});
+}
+
+// The pool of rows r0, r1 ([n][ld]) into `out` ([n][ld / 2]): maxpool's max(max(max(max(-inf, a),
+// b), c), d) (std::max(m, v) is vmaxps(v, m)) or avgpool's ((((0 + a) + b) + c) + d) / 4 in double.
+void pool_rows(const PlaneConv& c, const float* r0, const float* r1, int ld, float* out) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int o = 0; o < c.n; ++o)
+    for (int j = 0; j < ld; j += 32) {
+      const float* x0 = r0 + size_t(o) * ld + j;
+      const float* x1 = r1 + size_t(o) * ld + j;
+      const __m512 a0 = _mm512_loadu_ps(x0), a1 = _mm512_loadu_ps(x0 + 16);
+      const __m512 b0 = _mm512_loadu_ps(x1), b1 = _mm512_loadu_ps(x1 + 16);
+      const __m512 a = _mm512_permutex2var_ps(a0, even, a1), b = _mm512_permutex2var_ps(a0, odd, a1);
+      const __m512 cc = _mm512_permutex2var_ps(b0, even, b1), d = _mm512_permutex2var_ps(b0, odd, b1);
+      float* y = out + size_t(o) * (ld / 2) + j / 2;
+      if (c.pool == Pool::Max) {
+        __m512 m = _mm512_max_ps(a, _mm512_set1_ps(-std::numeric_limits<float>::infinity()));
+        m = _mm512_max_ps(b, m);
+        m = _mm512_max_ps(cc, m);
+        _mm512_storeu_ps(y, _mm512_max_ps(d, m));
+        continue;
+      }
+      for (int h = 0; h < 2; ++h) {
+        auto half = [h](__m512 v) {
+          return _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(v) : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        };
+        __m512d s = _mm512_add_pd(_mm512_setzero_pd(), half(a));
+        s = _mm512_add_pd(_mm512_add_pd(_mm512_add_pd(s, half(b)), half(cc)), half(d));
+        _mm256_storeu_ps(y + 8 * h, _mm512_cvtpd_ps(_mm512_div_pd(s, _mm512_set1_pd(4.0))));
+      }
+    }
+}
+
+// Columns [0, width) of planes [n][ld] as NHWC pixels of n channels.
+void to_pixels(const float* planes, int n, int ld, int width, float* y) {
+  for (int j = 0; j < width; ++j)
+    for (int o = 0; o < n; ++o) y[size_t(j) * n + o] = planes[size_t(o) * ld + j];
+}
+
+void plane_conv(const PlaneConv& c) {
+  const int ld = (c.out_w + 31) / 32 * 32;
+  float* r0 = c.scratch;
+  float* r1 = r0 + size_t(c.n) * ld;
+  float* pooled = r1 + size_t(c.n) * ld;
+  if (c.pool == Pool::None) {
+    for (int i = 0; i < c.out_h; ++i) {
+      plane_all(c, i, r0, ld);
+      to_pixels(r0, c.n, ld, c.out_w, c.y + size_t(i) * c.out_w * c.n);
+    }
+    return;
+  }
+  const int ph = c.out_h / 2, pw = c.out_w / 2;
+  for (int i = 0; i < ph; ++i) {
+    plane_all(c, 2 * i, r0, ld);
+    plane_all(c, 2 * i + 1, r1, ld);
+    pool_rows(c, r0, r1, ld, pooled);
+    to_pixels(pooled, c.n, ld / 2, pw, c.y + size_t(i) * pw * c.n);
+  }
+}
+
 }  // namespace
 
 const Int8Gemm* int8_gemm_avx512vnni() {
-  static const Int8Gemm set{"avx512-vnni", packed_bytes, pack, gemm, quantize_avx512, requantize_rows_avx512};
+  static const Int8Gemm set{"avx512-vnni", packed_bytes, pack, gemm, quantize_avx512, requantize_rows_avx512, plane_conv};
   return &set;
 }
 

@@ -13,6 +13,10 @@ namespace engine::cpu::int8 {
 // The activation a conv2d or dense runs in its epilogue (the next node, when only it reads the output).
 enum class Act { None, Relu, Tanh };
 
+// A non-overlapping 2x2 pool (stride 2, no padding, the last odd row or column dropped) that a
+// convolution runs on its own output (int8_gemm.hpp, PlaneConv), as maxpool and avgpool compute it.
+enum class Pool { None, Max, Avg };
+
 // The fp32 kernels' rational tanh (engine/cpu/simd.hpp: Eigen's 13/6 minimax form, about 1 ulp)
 // with each multiply and add rounded (no FMA), so every instruction set's version of it gives the
 // same bits; a library tanh per element would cost more than LeNet's whole int8 c1. Static: a copy
