@@ -60,7 +60,7 @@ struct Step {
   bool plane = false;
   Pool pool = Pool::None;
   Hwc conv_out;
-  std::vector<int32_t> taps;  // PlaneConv::taps
+  std::vector<int32_t> taps, tap_offsets;  // PlaneConv's
   // scale_shift
   const float* ss_scale = nullptr;
   const float* ss_shift = nullptr;
@@ -291,16 +291,19 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
         s.scale[size_t(o)] = double(s.in_scale) * double(ws[size_t(o)]);
         s.bias[size_t(o)] = node.bias ? double(node.bias->values[size_t(o)]) : 0.0;
       }
-      if (s.plane) {  // PlaneConv::taps from the (p, q) rows
-        const int kh = win.kernel_h, kw = win.kernel_w, groups = (kw + 3) / 4;
-        s.taps.assign(size_t(s.n) * kh * groups, 0);
+      if (s.plane) {  // PlaneConv::taps and tap_offsets, from the (p, q) rows
+        const int kh = win.kernel_h, kw = win.kernel_w, groups = (kw + 3) / 4, t = kh * groups;
+        const int wp = win.pad_left + s.in.width + win.pad_right;
+        s.taps.assign(size_t(round_up(s.n, 16)) * size_t(t), 0);
         for (int o = 0; o < s.n; ++o)
           for (int a = 0; a < kh; ++a)
             for (int b = 0; b < kw; ++b) {
               const uint32_t byte = uint8_t(rows[size_t(o) * s.kp + size_t(a * kw + b)]);
-              auto& t = reinterpret_cast<uint32_t&>(s.taps[(size_t(o) * kh + a) * groups + b / 4]);
-              t |= byte << (8 * (b % 4));
+              const size_t at = (size_t(o / 16) * t + size_t(a * groups + b / 4)) * 16 + size_t(o % 16);
+              reinterpret_cast<uint32_t&>(s.taps[at]) |= byte << (8 * (b % 4));
             }
+        for (int a = 0; a < kh; ++a)
+          for (int g = 0; g < groups; ++g) s.tap_offsets.push_back(a * wp + 4 * g);
         plane_floats = std::max(plane_floats, size_t(plane_conv_scratch(s.n, s.conv_out.width)));
       }
       if (is_conv) {
@@ -370,6 +373,8 @@ void Int8Executable::plane_conv(const Step& s, const float* x, float* y, int cou
   c.out_h = s.conv_out.height;
   c.out_w = s.conv_out.width;
   c.taps = s.taps.data();
+  c.tap_offsets = s.tap_offsets.data();
+  c.tap_groups = int(s.tap_offsets.size());
   c.n = s.n;
   c.offset = s.offset.data();
   c.scale = s.scale.data();

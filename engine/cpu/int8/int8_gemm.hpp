@@ -29,7 +29,11 @@ struct PlaneConv {
   const uint8_t* padded = nullptr;  // the quantized padded image [rows][wp], kIm2colSlack bytes after it
   int wp = 0, kh = 0, kw = 0;
   int out_h = 0, out_w = 0;         // the convolution's output (before the pool)
-  const int32_t* taps = nullptr;    // [n][kh][ceil(kw / 4)]: four int8 weights of a window row per int32, zeros past kw
+  // Four int8 weights of a window row per int32 (zeros past kw), as [ceil(n / 16)][kh * ceil(kw / 4)][16]
+  // (zeros past n), and each of the kh * ceil(kw / 4) groups' byte offset in the padded image.
+  const int32_t* taps = nullptr;
+  const int32_t* tap_offsets = nullptr;
+  int tap_groups = 0;
   int n = 0;
   const int32_t* offset = nullptr;  // as requantize_rows'
   const double* scale = nullptr;

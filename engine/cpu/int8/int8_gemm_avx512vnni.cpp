@@ -101,9 +101,9 @@ void tanh64(__m512* v) {
   }
   for (float a : {2.00018790482477e-13f, -8.60467152213735e-11f, 5.12229709037114e-08f, 1.48572235717979e-05f,
                   6.37261928875436e-04f, 4.89352455891786e-03f})
-    for (int u = 0; u < 4; ++u) p[u] = _mm512_add_ps(_mm512_mul_ps(p[u], x2[u]), k(a));
+    for (int u = 0; u < 4; ++u) p[u] = _mm512_fmadd_ps(p[u], x2[u], k(a));
   for (float b : {1.18534705686654e-04f, 2.26843463243900e-03f, 4.89352518554385e-03f})
-    for (int u = 0; u < 4; ++u) q[u] = _mm512_add_ps(_mm512_mul_ps(q[u], x2[u]), k(b));
+    for (int u = 0; u < 4; ++u) q[u] = _mm512_fmadd_ps(q[u], x2[u], k(b));
   for (int u = 0; u < 4; ++u) {
     const __m512 r = _mm512_div_ps(_mm512_mul_ps(p[u], c[u]), q[u]);
     const __m512 ax = _mm512_abs_ps(v[u]);
@@ -146,24 +146,28 @@ void requantize_rows_avx512(const int32_t* c, int ldc, int rows, int n, const in
   if (act == Act::Tanh) tanh_inplace(y, int64_t(rows) * n);
 }
 
-// The sums of one output row's 16 pixels from j0 for channels [o0, o0 + N): one vpdpbusd per
-// channel and four taps, the activations (lane l: bytes l..l+3 from a window row's tap 4g) made
-// by vpermd (lane group L: dwords L..L+3) and vpshufb (bytes t..t+3 of the group's first 7).
-template <int N>
-void plane_sums(const PlaneConv& c, int i, int j0, int o0, __m512i* acc) {
-  const int groups = (c.kw + 3) / 4;
+// The sums of P groups of 16 pixels of one output row (`src`: the first one's window origin) for N
+// channels (`w`: their block of taps): one vpdpbusd per channel, group and four taps, the
+// activations (lane l: bytes l..l+3 from a tap group's offset) made by vpermd (lane group L:
+// dwords L..L+3) and vpshufb (bytes t..t+3 of the group's first 7), each weight broadcast once
+// for the P groups.
+template <int N, int P>
+void plane_sums(const PlaneConv& c, const uint8_t* src, const int32_t* w, __m512i* acc) {
   const __m512i dwords = _mm512_setr_epi32(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
   const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6));
-  for (int o = 0; o < N; ++o) acc[o] = _mm512_setzero_si512();
-  for (int p = 0; p < c.kh; ++p)
-    for (int g = 0; g < groups; ++g) {
-      const uint8_t* src = c.padded + size_t(i + p) * c.wp + j0 + 4 * g;
-      const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-      const __m512i a = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, raw), bytes);
-      const int32_t* w = c.taps + (size_t(o0) * c.kh + p) * groups + g;
-      for (int o = 0; o < N; ++o)
-        acc[o] = _mm512_dpbusd_epi32(acc[o], a, _mm512_set1_epi32(w[size_t(o) * c.kh * groups]));
+  for (int o = 0; o < N * P; ++o) acc[o] = _mm512_setzero_si512();
+  for (int t = 0; t < c.tap_groups; ++t) {
+    __m512i a[P];
+    for (int u = 0; u < P; ++u) {
+      const uint8_t* at = src + c.tap_offsets[t] + 16 * u;
+      const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+      a[u] = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, raw), bytes);
     }
+    for (int o = 0; o < N; ++o) {
+      const __m512i wv = _mm512_set1_epi32(w[size_t(t) * 16 + o]);
+      for (int u = 0; u < P; ++u) acc[u * N + o] = _mm512_dpbusd_epi32(acc[u * N + o], a[u], wv);
+    }
+  }
 }
 
 // requantize_rows' operations on 8 sums of channel o.
@@ -176,17 +180,25 @@ __m256 requantize8(__m256i sums, const PlaneConv& c, int o) {
   return f;  // tanh: tanh_inplace on the whole row
 }
 
-// Output row i of channels [o0, o0 + N) into `row` ([n][ld] floats).
+// Output row i of channels [o0, o0 + N) into `row` ([n][ld] floats): two groups of 16 pixels at a
+// time where the accumulators fit in registers.
 template <int N>
 void plane_row(const PlaneConv& c, int i, int o0, float* row, int ld) {
-  __m512i acc[N];
-  for (int j0 = 0; j0 < c.out_w; j0 += 16) {
-    plane_sums<N>(c, i, j0, o0, acc);
-    for (int o = 0; o < N; ++o) {
-      float* r = row + size_t(o0 + o) * ld + j0;
-      _mm256_storeu_ps(r, requantize8(_mm512_castsi512_si256(acc[o]), c, o0 + o));
-      _mm256_storeu_ps(r + 8, requantize8(_mm512_extracti64x4_epi64(acc[o], 1), c, o0 + o));
-    }
+  constexpr int P = N <= 12 ? 2 : 1;
+  __m512i acc[N * P];
+  const int32_t* w = c.taps + size_t(o0 / 16) * c.tap_groups * 16;
+  const uint8_t* src = c.padded + size_t(i) * c.wp;
+  for (int j0 = 0; j0 < c.out_w;) {
+    const int p = P == 2 && c.out_w - j0 > 16 ? 2 : 1;
+    if (p == 2) plane_sums<N, P>(c, src + j0, w, acc);
+    else plane_sums<N, 1>(c, src + j0, w, acc);
+    for (int u = 0; u < p; ++u)
+      for (int o = 0; o < N; ++o) {
+        float* r = row + size_t(o0 + o) * ld + j0 + 16 * u;
+        _mm256_storeu_ps(r, requantize8(_mm512_castsi512_si256(acc[u * N + o]), c, o0 + o));
+        _mm256_storeu_ps(r + 8, requantize8(_mm512_extracti64x4_epi64(acc[u * N + o], 1), c, o0 + o));
+      }
+    j0 += 16 * p;
   }
 }
 
