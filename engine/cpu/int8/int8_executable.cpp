@@ -123,8 +123,8 @@ class Int8Executable : public Executable, public StagedExecution {
   PreprocessFn preprocess_ = nullptr;
   Preprocess pre_;  // uint8 input only
   int max_batch_ = 0, threads_ = 1, images_ = 1;
-  int64_t flat_floats_ = 0;
-  size_t plane_padded_bytes_ = 0;  // per image: the largest PlaneConv step's quantized input  // per image: the most that one step's flattened inputs hold
+  int64_t flat_floats_ = 0;         // per image: the most that one step's flattened inputs hold
+  size_t plane_padded_bytes_ = 0;  // per image: the largest PlaneConv step's quantized input
   std::vector<Step> steps_;
   int64_t raw_sample_elements_ = 0;
   std::vector<Buffers> buffers_;
