@@ -187,6 +187,7 @@ TEST(Int8Cpu, OneChannelConvolutionsAndTheirPoolsGiveTheIm2colPathsBits) {
     formats::Window2D win;
     OpType act, pool;
     bool conv_is_output;  // the pool cannot run in the convolution's step
+    bool lanes = true;    // the path takes it (not where rows 10 bytes apart share a lane group: im2col)
   };
   const Case cases[] = {
       {28, 28, 6, window(5, 5, 1, 1, 2, 2, 2, 2), OpType::Relu, OpType::MaxPool, false},   // LeNet-5's c1
@@ -194,6 +195,7 @@ TEST(Int8Cpu, OneChannelConvolutionsAndTheirPoolsGiveTheIm2colPathsBits) {
       {13, 11, 5, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Tanh, OpType::MaxPool, false},   // odd sizes: last row, column dropped
       {9, 19, 17, window(4, 6, 1, 1, 0, 2, 1, 0), OpType::Relu, OpType::AvgPool, false},   // 17 channels, asymmetric pads
       {7, 40, 3, window(2, 9, 1, 1), OpType::Flatten, OpType::MaxPool, false},              // no activation, 3 tap groups
+      {5, 20, 2, window(3, 11, 1, 1), OpType::Relu, OpType::MaxPool, false, false},
       {12, 12, 8, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Relu, OpType::MaxPool, true},
       {6, 6, 4, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Relu, OpType::AvgPool, false},
   };
@@ -206,8 +208,14 @@ TEST(Int8Cpu, OneChannelConvolutionsAndTheirPoolsGiveTheIm2colPathsBits) {
     b.pool("p", k.pool, last, window(2, 2, 2, 2), false);
     auto m = (k.conv_is_output ? b.outputs({"p", last}) : b.outputs({"p"})).build();
     m->calibration = input_range("x", 0.9);
+    for (const auto& [kernels, set] : gemm_sets()) {
+      const std::string plan = cpu_with(kernels)->compile(engine::plan_graph(m), int8_options())->plan_summary();
+      const bool lanes = set->plane_conv && k.lanes;
+      EXPECT_NE(plan.find(lanes ? "1 one-channel convolutions" : "0 one-channel convolutions"), std::string::npos)
+          << set->name << ": " << plan;
+    }
     const int per = k.h * k.w;
-    for (int n : {1, 3}) {
+    for (int n : {1, 3, 45}) {  // 45: more than one chunk of images, on two threads
       const auto x = testing_support::random_floats(size_t(n) * per, seed++);
       const auto want = testing_support::run_backend(m, *cpu_with(CpuOptions::Kernels::Portable), x.data(), n, n,
                                                      int8_options());

@@ -61,6 +61,7 @@ struct Step {
   Pool pool = Pool::None;
   Hwc conv_out;
   std::vector<int32_t> taps, tap_offsets;  // PlaneConv's
+  std::vector<PlaneGroup> groups;
   // scale_shift
   const float* ss_scale = nullptr;
   const float* ss_shift = nullptr;
@@ -150,6 +151,34 @@ Graph fuse_activations(const Graph& graph) {
   return groups.empty() ? graph : fuse_groups(graph, std::move(groups));
 }
 
+// PlaneConv::groups for an output of out_h x out_w pixels from a padded image of rows of wp bytes:
+// empty where some group's lanes do not fit its gather (more than 7 taps a row, or a group's rows
+// too far apart in the image).
+std::vector<PlaneGroup> plane_groups(int out_h, int out_w, int wp) {
+  const int pixels = out_h * out_w;
+  auto origin = [&](int f) {
+    f = std::min(f, pixels - 1);  // the last group's lanes past the end repeat the last pixel
+    return (f / out_w) * wp + f % out_w;
+  };
+  std::vector<PlaneGroup> groups(size_t((pixels + 15) / 16));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    PlaneGroup& pg = groups[g];
+    const int f0 = int(g) * 16;
+    pg.origin = origin(f0);
+    for (int lane = 0; lane < 4; ++lane) {  // 128-bit lanes: four pixels each
+      const int first = origin(f0 + 4 * lane) - pg.origin, dword = first / 4;
+      if (dword + 3 > 15) return {};
+      for (int t = 0; t < 4; ++t) pg.dwords[4 * lane + t] = dword + t;
+      for (int m = 0; m < 4; ++m) {
+        const int at = origin(f0 + 4 * lane + m) - pg.origin - 4 * dword;
+        if (at + 3 > 15) return {};
+        for (int t = 0; t < 4; ++t) pg.bytes[16 * lane + 4 * m + t] = uint8_t(at + t);
+      }
+    }
+  }
+  return groups;
+}
+
 // The 2x2 pool (stride 2, no padding) that node `next` is, reading only `value`, which nothing
 // else reads; Pool::None otherwise.
 Pool pool_reading(const Graph& graph, size_t next, int value) {
@@ -228,6 +257,10 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
               win.stride_w == 1;
     s.conv_out = hwc_of(graph_.values[size_t(out_value)].shape);
     if (s.plane) {
+      s.groups = plane_groups(s.conv_out.height, s.conv_out.width, win.pad_left + s.in.width + win.pad_right);
+      s.plane = !s.groups.empty();
+    }
+    if (s.plane) {
       const size_t last = group >= 0 ? size_t(graph_.groups[size_t(group)].nodes.back()) : i;
       s.pool = pool_reading(graph_, last + 1, out_value);
       if (s.pool != Pool::None) {
@@ -304,7 +337,8 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
             }
         for (int a = 0; a < kh; ++a)
           for (int g = 0; g < groups; ++g) s.tap_offsets.push_back(a * wp + 4 * g);
-        plane_floats = std::max(plane_floats, size_t(plane_conv_scratch(s.n, s.conv_out.width)));
+        plane_floats =
+            std::max(plane_floats, size_t(plane_conv_scratch(s.n, s.conv_out.height, s.conv_out.width)));
       }
       if (is_conv) {
         const auto& w = node.window;
@@ -367,11 +401,9 @@ void Int8Executable::plane_conv(const Step& s, const float* x, float* y, int cou
   for (int i = 0; i < count; ++i)
     quantize_padded(x + i * s.in_elements, s.in, w, s.in_scale, b.padded.data() + i * bytes, gemm_.quantize);
   PlaneConv c;
-  c.wp = wp;
-  c.kh = w.kernel_h;
-  c.kw = w.kernel_w;
   c.out_h = s.conv_out.height;
   c.out_w = s.conv_out.width;
+  c.groups = s.groups.data();
   c.taps = s.taps.data();
   c.tap_offsets = s.tap_offsets.data();
   c.tap_groups = int(s.tap_offsets.size());

@@ -22,15 +22,25 @@ static inline int round_up(int x, int step) { return (x + step - 1) / step * ste
 
 // One image's stride-1 convolution of a one-channel quantized image (a network's first layer): with
 // one channel an im2col row is kw bytes per window row and few output channels fill few lanes, so
-// this computes output pixels across the lanes instead, each int32 lane the exact sum of its
-// pixel's taps, then the epilogue (requantize_rows' operations), then `pool` (maxpool's or
-// avgpool's operations), written NHWC: the same bits as im2col, product, epilogue and pool.
+// this computes output pixels across the lanes instead, 16 pixels in row-major order at a time
+// (rows end mid-group: no lane idles), each int32 lane the exact sum of its pixel's taps, then the
+// epilogue (requantize_rows' operations), then `pool` (maxpool's or avgpool's operations), written
+// NHWC: the same bits as im2col, product, epilogue and pool.
+//
+// A group's lanes gather their activations from one 64-byte load at `origin` plus a tap group's
+// offset: 128-bit lane L takes dwords dwords[4L..4L+3] of it (vpermd), then lane l's four bytes
+// are bytes[4l..4l+3] of its 128-bit lane (vpshufb).
+struct PlaneGroup {
+  int32_t dwords[16];
+  uint8_t bytes[64];
+  int32_t origin = 0;  // the group's first pixel's window origin in the padded image
+};
 struct PlaneConv {
-  const uint8_t* padded = nullptr;  // the quantized padded image [rows][wp], kIm2colSlack bytes after it
-  int wp = 0, kh = 0, kw = 0;
+  const uint8_t* padded = nullptr;  // the quantized padded image, 64 readable bytes after it
   int out_h = 0, out_w = 0;         // the convolution's output (before the pool)
-  // Four int8 weights of a window row per int32 (zeros past kw), as [ceil(n / 16)][kh * ceil(kw / 4)][16]
-  // (zeros past n), and each of the kh * ceil(kw / 4) groups' byte offset in the padded image.
+  const PlaneGroup* groups = nullptr;  // ceil(out_h * out_w / 16)
+  // Four int8 weights of a window row per int32 (zeros past kw), as [ceil(n / 16)][tap_groups][16]
+  // (zeros past n), and each of the tap_groups (kh * ceil(kw / 4)) offsets from a window's origin.
   const int32_t* taps = nullptr;
   const int32_t* tap_offsets = nullptr;
   int tap_groups = 0;
@@ -40,10 +50,13 @@ struct PlaneConv {
   const double* bias = nullptr;
   Act act = Act::None;
   Pool pool = Pool::None;
-  float* scratch = nullptr;  // plane_conv_scratch(n, out_w) floats
+  float* scratch = nullptr;  // plane_conv_scratch(n, out_h, out_w) floats
   float* y = nullptr;
 };
-static inline int64_t plane_conv_scratch(int n, int out_w) { return 3 * int64_t(n) * ((out_w + 31) / 32 * 32); }
+// Floats of PlaneConv::scratch: the output planes of whole groups, slack, a pooled row's planes.
+static inline int64_t plane_conv_scratch(int n, int out_h, int out_w) {
+  return int64_t(n) * ((int64_t(out_h) * out_w + 15) / 16 * 16) + 32 + int64_t(n) * ((out_w / 2 + 15) / 16 * 16);
+}
 
 struct Int8Gemm {
   const char* name = "";

@@ -146,23 +146,23 @@ void requantize_rows_avx512(const int32_t* c, int ldc, int rows, int n, const in
   if (act == Act::Tanh) tanh_inplace(y, int64_t(rows) * n);
 }
 
-// The sums of P groups of 16 pixels of one output row (`src`: the first one's window origin) for N
-// channels (`w`: their block of taps): one vpdpbusd per channel, group and four taps, the
-// activations (lane l: bytes l..l+3 from a tap group's offset) made by vpermd (lane group L:
-// dwords L..L+3) and vpshufb (bytes t..t+3 of the group's first 7), each weight broadcast once
-// for the P groups.
+// The sums of P groups of 16 pixels (PlaneGroup) for N channels (`w`: their block of taps): one
+// vpdpbusd per channel, group and four taps, each weight broadcast once for the P groups.
 template <int N, int P>
-void plane_sums(const PlaneConv& c, const uint8_t* src, const int32_t* w, __m512i* acc) {
-  const __m512i dwords = _mm512_setr_epi32(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6);
-  const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 1, 2, 3, 4, 2, 3, 4, 5, 3, 4, 5, 6));
+void plane_sums(const PlaneConv& c, const PlaneGroup* g, const int32_t* w, __m512i* acc) {
+  __m512i dwords[P], bytes[P];
+  const uint8_t* src[P];
+  for (int u = 0; u < P; ++u) {
+    dwords[u] = _mm512_loadu_si512(g[u].dwords);
+    bytes[u] = _mm512_loadu_si512(g[u].bytes);
+    src[u] = c.padded + g[u].origin;
+  }
   for (int o = 0; o < N * P; ++o) acc[o] = _mm512_setzero_si512();
   for (int t = 0; t < c.tap_groups; ++t) {
     __m512i a[P];
-    for (int u = 0; u < P; ++u) {
-      const uint8_t* at = src + c.tap_offsets[t] + 16 * u;
-      const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
-      a[u] = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, raw), bytes);
-    }
+    for (int u = 0; u < P; ++u)
+      a[u] = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords[u], _mm512_loadu_si512(src[u] + c.tap_offsets[t])),
+                                 bytes[u]);
     for (int o = 0; o < N; ++o) {
       const __m512i wv = _mm512_set1_epi32(w[size_t(t) * 16 + o]);
       for (int u = 0; u < P; ++u) acc[u * N + o] = _mm512_dpbusd_epi32(acc[u * N + o], a[u], wv);
@@ -170,66 +170,60 @@ void plane_sums(const PlaneConv& c, const uint8_t* src, const int32_t* w, __m512
   }
 }
 
-// requantize_rows' operations on 8 sums of channel o.
+// requantize_rows' operations on 8 sums of channel o (tanh: tanh_inplace on the planes afterwards).
 __m256 requantize8(__m256i sums, const PlaneConv& c, int o) {
   const __m256i s = _mm256_sub_epi32(sums, _mm256_set1_epi32(c.offset[o]));
   const __m512d v = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(s), _mm512_set1_pd(c.scale[o])),
                                   _mm512_set1_pd(c.bias[o]));
   __m256 f = _mm512_cvtpd_ps(v);
-  if (c.act == Act::Relu) f = _mm256_max_ps(f, _mm256_setzero_ps());
-  return f;  // tanh: tanh_inplace on the whole row
+  if (c.act == Act::Relu) f = _mm256_max_ps(f, _mm256_setzero_ps());  // -0 and NaN to +0, as y > 0 ? y : 0
+  return f;
 }
 
-// Output row i of channels [o0, o0 + N) into `row` ([n][ld] floats): two groups of 16 pixels at a
-// time where the accumulators fit in registers.
+// Channels [o0, o0 + N) of every group into `planes` ([n][ld] floats): two groups at a time where
+// the accumulators fit in registers.
 template <int N>
-void plane_row(const PlaneConv& c, int i, int o0, float* row, int ld) {
+void plane_channels(const PlaneConv& c, int count, int o0, float* planes, int ld) {
   constexpr int P = N <= 12 ? 2 : 1;
   __m512i acc[N * P];
   const int32_t* w = c.taps + size_t(o0 / 16) * c.tap_groups * 16;
-  const uint8_t* src = c.padded + size_t(i) * c.wp;
-  for (int j0 = 0; j0 < c.out_w;) {
-    const int p = P == 2 && c.out_w - j0 > 16 ? 2 : 1;
-    if (p == 2) plane_sums<N, P>(c, src + j0, w, acc);
-    else plane_sums<N, 1>(c, src + j0, w, acc);
+  for (int g = 0; g < count;) {
+    const int p = P == 2 && count - g >= 2 ? 2 : 1;
+    if (p == 2) plane_sums<N, P>(c, c.groups + g, w, acc);
+    else plane_sums<N, 1>(c, c.groups + g, w, acc);
     for (int u = 0; u < p; ++u)
       for (int o = 0; o < N; ++o) {
-        float* r = row + size_t(o0 + o) * ld + j0 + 16 * u;
+        float* r = planes + size_t(o0 + o) * ld + 16 * (g + u);
         _mm256_storeu_ps(r, requantize8(_mm512_castsi512_si256(acc[u * N + o]), c, o0 + o));
         _mm256_storeu_ps(r + 8, requantize8(_mm512_extracti64x4_epi64(acc[u * N + o], 1), c, o0 + o));
       }
-    j0 += 16 * p;
+    g += p;
   }
 }
 
 template <int... N>
-void plane_row_of(int channels, const PlaneConv& c, int i, int o0, float* row, int ld, std::integer_sequence<int, N...>) {
-  using Row = void (*)(const PlaneConv&, int, int, float*, int);
-  static constexpr Row rows[] = {plane_row<N + 1>...};
-  rows[channels - 1](c, i, o0, row, ld);
+void plane_channels_of(int channels, const PlaneConv& c, int count, int o0, float* planes, int ld,
+                       std::integer_sequence<int, N...>) {
+  using Channels = void (*)(const PlaneConv&, int, int, float*, int);
+  static constexpr Channels run[] = {plane_channels<N + 1>...};
+  run[channels - 1](c, count, o0, planes, ld);
 }
 
-// Every channel of output row i into `row`, 16 channels at a time.
-void plane_all(const PlaneConv& c, int i, float* row, int ld) {
-  for (int o0 = 0; o0 < c.n; o0 += 16)
-    plane_row_of(std::min(16, c.n - o0), c, i, o0, row, ld, std::make_integer_sequence<int, 16>{});
-  if (c.act == Act::Tanh) tanh_inplace(row, int64_t(c.n) * ld);
-}
-
-// The pool of rows r0, r1 ([n][ld]) into `out` ([n][ld / 2]): maxpool's max(max(max(max(-inf, a),
-// b), c), d) (std::max(m, v) is vmaxps(v, m)) or avgpool's ((((0 + a) + b) + c) + d) / 4 in double.
-void pool_rows(const PlaneConv& c, const float* r0, const float* r1, int ld, float* out) {
+// The pool of conv rows r0, r1 (channel planes `ld` apart) into `out` ([n][pld]), `chunks` of 32
+// columns: maxpool's max(max(max(max(-inf, a), b), c), d) (std::max(m, v) is vmaxps(v, m)) or
+// avgpool's ((((0 + a) + b) + c) + d) / 4 in double.
+void pool_rows(const PlaneConv& c, const float* r0, const float* r1, int ld, int chunks, float* out, int pld) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int o = 0; o < c.n; ++o)
-    for (int j = 0; j < ld; j += 32) {
-      const float* x0 = r0 + size_t(o) * ld + j;
-      const float* x1 = r1 + size_t(o) * ld + j;
+    for (int k = 0; k < chunks; ++k) {
+      const float* x0 = r0 + size_t(o) * ld + 32 * k;
+      const float* x1 = r1 + size_t(o) * ld + 32 * k;
       const __m512 a0 = _mm512_loadu_ps(x0), a1 = _mm512_loadu_ps(x0 + 16);
       const __m512 b0 = _mm512_loadu_ps(x1), b1 = _mm512_loadu_ps(x1 + 16);
       const __m512 a = _mm512_permutex2var_ps(a0, even, a1), b = _mm512_permutex2var_ps(a0, odd, a1);
       const __m512 cc = _mm512_permutex2var_ps(b0, even, b1), d = _mm512_permutex2var_ps(b0, odd, b1);
-      float* y = out + size_t(o) * (ld / 2) + j / 2;
+      float* y = out + size_t(o) * pld + 16 * k;
       if (c.pool == Pool::Max) {
         __m512 m = _mm512_max_ps(a, _mm512_set1_ps(-std::numeric_limits<float>::infinity()));
         m = _mm512_max_ps(b, m);
@@ -239,7 +233,8 @@ void pool_rows(const PlaneConv& c, const float* r0, const float* r1, int ld, flo
       }
       for (int h = 0; h < 2; ++h) {
         auto half = [h](__m512 v) {
-          return _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(v) : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+          return _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(v)
+                                        : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
         };
         __m512d s = _mm512_add_pd(_mm512_setzero_pd(), half(a));
         s = _mm512_add_pd(_mm512_add_pd(_mm512_add_pd(s, half(b)), half(cc)), half(d));
@@ -255,23 +250,23 @@ void to_pixels(const float* planes, int n, int ld, int width, float* y) {
 }
 
 void plane_conv(const PlaneConv& c) {
-  const int ld = (c.out_w + 31) / 32 * 32;
-  float* r0 = c.scratch;
-  float* r1 = r0 + size_t(c.n) * ld;
-  float* pooled = r1 + size_t(c.n) * ld;
+  const int pixels = c.out_h * c.out_w, count = (pixels + 15) / 16, ld = 16 * count;
+  float* planes = c.scratch;
+  for (int o0 = 0; o0 < c.n; o0 += 16)
+    plane_channels_of(std::min(16, c.n - o0), c, count, o0, planes, ld, std::make_integer_sequence<int, 16>{});
+  if (c.act == Act::Tanh) tanh_inplace(planes, int64_t(c.n) * ld);
   if (c.pool == Pool::None) {
-    for (int i = 0; i < c.out_h; ++i) {
-      plane_all(c, i, r0, ld);
-      to_pixels(r0, c.n, ld, c.out_w, c.y + size_t(i) * c.out_w * c.n);
-    }
+    to_pixels(planes, c.n, ld, pixels, c.y);
     return;
   }
-  const int ph = c.out_h / 2, pw = c.out_w / 2;
+  // Pooled rows: 32 conv columns a chunk, read past a row's end into the next (or the 32 floats
+  // of slack after the planes): those lanes' results are not kept.
+  const int ph = c.out_h / 2, pw = c.out_w / 2, pld = (pw + 15) / 16 * 16;
+  float* pooled = planes + size_t(c.n) * ld + 32;
   for (int i = 0; i < ph; ++i) {
-    plane_all(c, 2 * i, r0, ld);
-    plane_all(c, 2 * i + 1, r1, ld);
-    pool_rows(c, r0, r1, ld, pooled);
-    to_pixels(pooled, c.n, ld / 2, pw, c.y + size_t(i) * pw * c.n);
+    const float* r0 = planes + size_t(2 * i) * c.out_w;
+    pool_rows(c, r0, r0 + c.out_w, ld, pld / 16, pooled, pld);
+    to_pixels(pooled, c.n, pld, pw, c.y + size_t(i) * pw * c.n);
   }
 }
 
