@@ -199,6 +199,15 @@ TEST(Int8Cpu, OneChannelConvolutionsAndTheirPoolsGiveTheIm2colPathsBits) {
       {12, 12, 8, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Relu, OpType::MaxPool, true},
       {6, 6, 4, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Relu, OpType::AvgPool, false},
   };
+  // Output planes larger than L2 (whole images: 32 x 256 x 256 floats, 8 MiB): im2col.
+  {
+    auto big = ModelBuilder("big", {1, 256, 256}).conv2d("c", "x", 1, 32, window(3, 3, 1, 1, 1, 1, 1, 1), 1)
+                   .outputs({"c"}).build();
+    big->calibration = input_range("x", 1.0);
+    const std::string plan =
+        cpu_with(gemm_sets().back().first)->compile(engine::plan_graph(big), int8_options())->plan_summary();
+    EXPECT_NE(plan.find("0 one-channel convolutions"), std::string::npos) << plan;
+  }
   uint32_t seed = 300;
   for (const Case& k : cases) {
     ModelBuilder b("plane", {1, k.h, k.w});

@@ -256,6 +256,9 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     s.plane = node.op == OpType::Conv2D && gemm_.plane_conv && s.in.channels == 1 && win.stride_h == 1 &&
               win.stride_w == 1;
     s.conv_out = hwc_of(graph_.values[size_t(out_value)].shape);
+    // Its output planes are whole images (the pool needs rows in pairs): only where they fit in L2.
+    s.plane = s.plane && int64_t(s.conv_out.channels) * s.conv_out.height * s.conv_out.width * int64_t(sizeof(float)) <=
+                             host_l2_cache_bytes();
     if (s.plane) {
       s.groups = plane_groups(s.conv_out.height, s.conv_out.width, win.pad_left + s.in.width + win.pad_right);
       s.plane = !s.groups.empty();
