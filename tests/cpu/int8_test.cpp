@@ -152,6 +152,9 @@ TEST(Int8Cpu, ConvolutionsFollowTheDefinitionBitForBit) {
       {8, 5, 5, 8, window(1, 1, 1, 1)},                          // 1x1: im2col skipped
       {3, 10, 13, 33, window(3, 3, 2, 2, 0, 1, 1, 0)},     // asymmetric padding
       {16, 16, 16, 70, window(3, 3, 1, 1, 1, 1, 1, 1)},          // many pixel tiles and channel blocks
+      {1, 13, 37, 6, window(5, 5, 1, 1, 2, 2, 2, 2)},            // one channel: output pixels across the lanes
+      {1, 9, 5, 20, window(3, 7, 1, 1, 0, 0, 3, 3)},             // ... more than 16 channels, 7 taps a row
+      {1, 17, 33, 3, window(1, 1, 1, 1)},                        // ... one tap
   };
   uint32_t seed = 1;
   for (const Case& k : cases) {
@@ -170,6 +173,72 @@ TEST(Int8Cpu, ConvolutionsFollowTheDefinitionBitForBit) {
       double worst = 0;
       for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
       EXPECT_LE(worst, 1e-5) << set->name << " c " << k.c;
+    }
+  }
+}
+
+// One-channel stride-1 convolutions (the first layers of image models) run with output pixels
+// across the lanes, and with the 2x2 pool that reads them, where a set has that path: every set
+// gives the same bits as the portable im2col path, and the emulation's values to a float rounding.
+TEST(Int8Cpu, OneChannelConvolutionsAndTheirPoolsGiveTheIm2colPathsBits) {
+  using testing_support::ModelBuilder;
+  struct Case {
+    int h, w, oc;
+    formats::Window2D win;
+    OpType act, pool;
+    bool conv_is_output;  // the pool cannot run in the convolution's step
+    bool lanes = true;    // the path takes it (not where rows 10 bytes apart share a lane group: im2col)
+  };
+  const Case cases[] = {
+      {28, 28, 6, window(5, 5, 1, 1, 2, 2, 2, 2), OpType::Relu, OpType::MaxPool, false},   // LeNet-5's c1
+      {28, 28, 6, window(5, 5, 1, 1, 2, 2, 2, 2), OpType::Tanh, OpType::AvgPool, false},
+      {13, 11, 5, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Tanh, OpType::MaxPool, false},   // odd sizes: last row, column dropped
+      {9, 19, 17, window(4, 6, 1, 1, 0, 2, 1, 0), OpType::Relu, OpType::AvgPool, false},   // 17 channels, asymmetric pads
+      {7, 40, 3, window(2, 9, 1, 1), OpType::Flatten, OpType::MaxPool, false},              // no activation, 3 tap groups
+      {5, 20, 2, window(3, 11, 1, 1), OpType::Relu, OpType::MaxPool, false, false},
+      {12, 12, 8, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Relu, OpType::MaxPool, true},
+      {6, 6, 4, window(3, 3, 1, 1, 1, 1, 1, 1), OpType::Relu, OpType::AvgPool, false},
+  };
+  // Output planes larger than L2 (whole images: 32 x 256 x 256 floats, 8 MiB): im2col.
+  {
+    auto big = ModelBuilder("big", {1, 256, 256}).conv2d("c", "x", 1, 32, window(3, 3, 1, 1, 1, 1, 1, 1), 1)
+                   .outputs({"c"}).build();
+    big->calibration = input_range("x", 1.0);
+    const std::string plan =
+        cpu_with(gemm_sets().back().first)->compile(engine::plan_graph(big), int8_options())->plan_summary();
+    EXPECT_NE(plan.find("0 one-channel convolutions"), std::string::npos) << plan;
+  }
+  uint32_t seed = 300;
+  for (const Case& k : cases) {
+    ModelBuilder b("plane", {1, k.h, k.w});
+    b.conv2d("c", "x", 1, k.oc, k.win, seed++);
+    std::string last = "c";
+    if (k.act != OpType::Flatten) b.unary("a", k.act, "c"), last = "a";
+    b.pool("p", k.pool, last, window(2, 2, 2, 2), false);
+    auto m = (k.conv_is_output ? b.outputs({"p", last}) : b.outputs({"p"})).build();
+    m->calibration = input_range("x", 0.9);
+    for (const auto& [kernels, set] : gemm_sets()) {
+      const std::string plan = cpu_with(kernels)->compile(engine::plan_graph(m), int8_options())->plan_summary();
+      const bool lanes = set->plane_conv && k.lanes;
+      EXPECT_NE(plan.find(lanes ? "1 one-channel convolutions" : "0 one-channel convolutions"), std::string::npos)
+          << set->name << ": " << plan;
+    }
+    const int per = k.h * k.w;
+    for (int n : {1, 3, 45}) {  // 45: more than one chunk of images, on two threads
+      const auto x = testing_support::random_floats(size_t(n) * per, seed++);
+      const auto want = testing_support::run_backend(m, *cpu_with(CpuOptions::Kernels::Portable), x.data(), n, n,
+                                                     int8_options());
+      const auto ref = testing_support::run_backend(m, "reference", x.data(), n, n, int8_options());
+      for (const auto& [kernels, set] : gemm_sets()) {
+        const auto got = testing_support::run_backend(m, *cpu_with(kernels), x.data(), n, n + 2, int8_options(2));
+        for (size_t o = 0; o < got.size(); ++o) {
+          ASSERT_EQ(got[o].size(), want[o].size());
+          EXPECT_EQ(testing_support::first_bit_difference(got[o], want[o]), got[o].size())
+              << set->name << " case " << k.h << "x" << k.w << " output " << o;
+          for (size_t i = 0; i < got[o].size(); ++i)
+            ASSERT_NEAR(got[o][i], ref[o][i], 1e-5) << set->name << " case " << k.h << "x" << k.w << " element " << i;
+        }
+      }
     }
   }
 }

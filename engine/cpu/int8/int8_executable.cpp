@@ -55,6 +55,13 @@ struct Step {
   std::vector<uint8_t> packed;
   std::vector<int32_t> offset;  // 128 * sum of the quantized weights per output channel
   std::vector<double> scale, bias;
+  // A one-channel stride-1 convolution through the set's plane_conv (int8_gemm.hpp), with the
+  // 2x2 pool that reads its output where there is one; `out` is then the pool's output.
+  bool plane = false;
+  Pool pool = Pool::None;
+  Hwc conv_out;
+  std::vector<int32_t> taps, tap_offsets;  // PlaneConv's
+  std::vector<PlaneGroup> groups;
   // scale_shift
   const float* ss_scale = nullptr;
   const float* ss_shift = nullptr;
@@ -101,11 +108,15 @@ class Int8Executable : public Executable, public StagedExecution {
     std::vector<uint8_t> cols;    // im2col rows
     std::vector<int32_t> sums;
     std::vector<double> pool;
+    std::vector<float> planes;    // PlaneConv::scratch
     std::vector<float> flat;      // flattened inputs in the model's order (Step::unflatten)
     std::vector<const float*> inputs;  // the current step's inputs
   };
   void run_chunk(const void* input, int first, int count, std::span<float* const> outputs, Buffers& b) const;
   void conv(const Step& s, const float* x, float* y, Buffers& b) const;
+  // A chunk's images through a PlaneConv step: every image quantized first, as the pool's output
+  // may take the storage of the convolution's input (the two are never live at once in the plan).
+  void plane_conv(const Step& s, const float* x, float* y, int count, Buffers& b) const;
   float* at(float* arena, int value) const { return arena + graph_.values[size_t(value)].arena_offset * images_; }
 
   Graph graph_;
@@ -113,7 +124,8 @@ class Int8Executable : public Executable, public StagedExecution {
   PreprocessFn preprocess_ = nullptr;
   Preprocess pre_;  // uint8 input only
   int max_batch_ = 0, threads_ = 1, images_ = 1;
-  int64_t flat_floats_ = 0;  // per image: the most that one step's flattened inputs hold
+  int64_t flat_floats_ = 0;         // per image: the most that one step's flattened inputs hold
+  size_t plane_padded_bytes_ = 0;  // per image: the largest PlaneConv step's quantized input
   std::vector<Step> steps_;
   int64_t raw_sample_elements_ = 0;
   std::vector<Buffers> buffers_;
@@ -137,6 +149,51 @@ Graph fuse_activations(const Graph& graph) {
     groups.push_back(FusionGroup{{int(i), next}, fmt::format("{}+{}", formats::op_name(p.node->op), formats::op_name(act))});
   }
   return groups.empty() ? graph : fuse_groups(graph, std::move(groups));
+}
+
+// PlaneConv::groups for an output of out_h x out_w pixels from a padded image of rows of wp bytes:
+// empty where some group's lanes do not fit its gather (more than 7 taps a row, or a group's rows
+// too far apart in the image).
+std::vector<PlaneGroup> plane_groups(int out_h, int out_w, int wp) {
+  const int pixels = out_h * out_w;
+  auto origin = [&](int f) {
+    f = std::min(f, pixels - 1);  // the last group's lanes past the end repeat the last pixel
+    return (f / out_w) * wp + f % out_w;
+  };
+  std::vector<PlaneGroup> groups(size_t((pixels + 15) / 16));
+  for (size_t g = 0; g < groups.size(); ++g) {
+    PlaneGroup& pg = groups[g];
+    const int f0 = int(g) * 16;
+    pg.origin = origin(f0);
+    for (int lane = 0; lane < 4; ++lane) {  // 128-bit lanes: four pixels each
+      const int first = origin(f0 + 4 * lane) - pg.origin, dword = first / 4;
+      if (dword + 3 > 15) return {};
+      for (int t = 0; t < 4; ++t) pg.dwords[4 * lane + t] = dword + t;
+      for (int m = 0; m < 4; ++m) {
+        const int at = origin(f0 + 4 * lane + m) - pg.origin - 4 * dword;
+        if (at + 3 > 15) return {};
+        for (int t = 0; t < 4; ++t) pg.bytes[16 * lane + 4 * m + t] = uint8_t(at + t);
+      }
+    }
+  }
+  return groups;
+}
+
+// The 2x2 pool (stride 2, no padding) that node `next` is, reading only `value`, which nothing
+// else reads; Pool::None otherwise.
+Pool pool_reading(const Graph& graph, size_t next, int value) {
+  if (next >= graph.nodes.size()) return Pool::None;
+  const PlannedNode& p = graph.nodes[next];
+  const Value& v = graph.values[size_t(value)];
+  const formats::Window2D& w = p.node->window;
+  const OpType op = p.node->op;
+  if ((op != OpType::MaxPool && op != OpType::AvgPool) || v.is_output || v.consumers.size() != 1 ||
+      p.inputs.size() != 1 || p.inputs[0] != value)
+    return Pool::None;
+  if (w.kernel_h != 2 || w.kernel_w != 2 || w.stride_h != 2 || w.stride_w != 2 || w.pad_top || w.pad_bottom ||
+      w.pad_left || w.pad_right)
+    return Pool::None;
+  return op == OpType::MaxPool ? Pool::Max : Pool::Avg;
 }
 
 Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& options, const Int8Gemm& gemm,
@@ -164,12 +221,14 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     pre_ = Preprocess{int(raw[0]), int(raw[1]), int(raw[2]), p.pad_top, p.pad_bottom, p.pad_left, p.pad_right,
                       p.scale, p.pad_value, p.mean.data(), p.std.data()};
   }
-  size_t padded_bytes = 0, cols_bytes = 0, sums_ints = 0, pool_doubles = 0;
-  int fused = 0;
+  size_t padded_bytes = 0, cols_bytes = 0, sums_ints = 0, pool_doubles = 0, plane_floats = 0;
+  int fused = 0, planes = 0;
+  std::vector<bool> absorbed(graph_.nodes.size(), false);  // pools run in their convolution's step
   size_t max_inputs = 1;
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const int group = graph_.group_of.empty() ? -1 : graph_.group_of[i];
     if (group >= 0 && graph_.groups[size_t(group)].nodes.front() != int(i)) continue;  // runs in its group's step
+    if (absorbed[i]) continue;
     const PlannedNode& p = graph_.nodes[i];
     const formats::Node& node = *p.node;
     if (node.op == OpType::Flatten) continue;  // an alias
@@ -185,18 +244,38 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     }
     flat_floats_ = std::max(flat_floats_, flat_floats);
     max_inputs = std::max(max_inputs, p.inputs.size());
-    const int out_value = group >= 0 ? graph_.nodes[size_t(graph_.groups[size_t(group)].nodes.back())].output : p.output;
+    int out_value = group >= 0 ? graph_.nodes[size_t(graph_.groups[size_t(group)].nodes.back())].output : p.output;
     if (group >= 0) {
       const OpType act = graph_.nodes[size_t(graph_.groups[size_t(group)].nodes.back())].node->op;
       s.act = act == OpType::Relu ? Act::Relu : Act::Tanh;
       ++fused;
     }
-    s.output = graph_.storage_root(out_value);
     const Value& in = graph_.values[size_t(p.inputs[0])];
+    s.in = hwc_of(graph_.values[size_t(s.inputs[0])].shape);
+    const formats::Window2D& win = node.window;
+    s.plane = node.op == OpType::Conv2D && gemm_.plane_conv && s.in.channels == 1 && win.stride_h == 1 &&
+              win.stride_w == 1;
+    s.conv_out = hwc_of(graph_.values[size_t(out_value)].shape);
+    // Its output planes are whole images (the pool needs rows in pairs): only where they fit in L2.
+    s.plane = s.plane && int64_t(s.conv_out.channels) * s.conv_out.height * s.conv_out.width * int64_t(sizeof(float)) <=
+                             host_l2_cache_bytes();
+    if (s.plane) {
+      s.groups = plane_groups(s.conv_out.height, s.conv_out.width, win.pad_left + s.in.width + win.pad_right);
+      s.plane = !s.groups.empty();
+    }
+    if (s.plane) {
+      const size_t last = group >= 0 ? size_t(graph_.groups[size_t(group)].nodes.back()) : i;
+      s.pool = pool_reading(graph_, last + 1, out_value);
+      if (s.pool != Pool::None) {
+        absorbed[last + 1] = true;
+        out_value = graph_.nodes[last + 1].output;
+      }
+      ++planes;
+    }
+    s.output = graph_.storage_root(out_value);
     const Value& out = graph_.values[size_t(out_value)];
     s.in_elements = in.elements;
     s.out_elements = out.elements;
-    s.in = hwc_of(graph_.values[size_t(s.inputs[0])].shape);
     s.out = hwc_of(out.shape);
     s.win = &node.window;
     s.count_include_pad = node.count_include_pad;
@@ -248,8 +327,27 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
         s.scale[size_t(o)] = double(s.in_scale) * double(ws[size_t(o)]);
         s.bias[size_t(o)] = node.bias ? double(node.bias->values[size_t(o)]) : 0.0;
       }
+      if (s.plane) {  // PlaneConv::taps and tap_offsets, from the (p, q) rows
+        const int kh = win.kernel_h, kw = win.kernel_w, groups = (kw + 3) / 4, t = kh * groups;
+        const int wp = win.pad_left + s.in.width + win.pad_right;
+        s.taps.assign(size_t(round_up(s.n, 16)) * size_t(t), 0);
+        for (int o = 0; o < s.n; ++o)
+          for (int a = 0; a < kh; ++a)
+            for (int b = 0; b < kw; ++b) {
+              const uint32_t byte = uint8_t(rows[size_t(o) * s.kp + size_t(a * kw + b)]);
+              const size_t at = (size_t(o / 16) * t + size_t(a * groups + b / 4)) * 16 + size_t(o % 16);
+              reinterpret_cast<uint32_t&>(s.taps[at]) |= byte << (8 * (b % 4));
+            }
+        for (int a = 0; a < kh; ++a)
+          for (int g = 0; g < groups; ++g) s.tap_offsets.push_back(a * wp + 4 * g);
+        plane_floats =
+            std::max(plane_floats, size_t(plane_conv_scratch(s.n, s.conv_out.height, s.conv_out.width)));
+      }
       if (is_conv) {
         const auto& w = node.window;
+        if (s.plane)
+          plane_padded_bytes_ = std::max(plane_padded_bytes_, size_t(w.pad_top + s.in.height + w.pad_bottom) *
+                                                                  size_t(w.pad_left + s.in.width + w.pad_right));
         padded_bytes = std::max(padded_bytes, size_t(w.pad_top + s.in.height + w.pad_bottom) *
                                                   size_t(w.pad_left + s.in.width + w.pad_right) * size_t(s.in.channels));
         cols_bytes = std::max(cols_bytes, size_t(kPixelTile) * size_t(s.kp));
@@ -280,10 +378,11 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
   for (Buffers& b : buffers_) {
     b.arena.assign(size_t(graph_.arena_floats_per_sample) * size_t(images_), 0.0f);
     b.nchw.assign(size_t(graph_.values[size_t(graph_.input)].elements), 0.0f);
-    b.padded.assign(padded_bytes + kIm2colSlack, 0);
+    b.padded.assign(std::max(padded_bytes, plane_padded_bytes_ * size_t(images_)) + kIm2colSlack, 0);
     b.cols.assign(cols_bytes + kIm2colSlack, 0);
     b.sums.assign(sums_ints, 0);
     b.pool.assign(pool_doubles, 0.0);
+    b.planes.assign(plane_floats, 0.0f);
     b.flat.assign(size_t(flat_floats_) * size_t(images_), 0.0f);
     b.inputs.assign(max_inputs, nullptr);
   }
@@ -291,10 +390,38 @@ Int8Executable::Int8Executable(const Graph& planned, const CompileOptions& optio
     staged_outputs_.emplace_back(size_t(graph_.output_elements(i)) * size_t(max_batch_));
   for (auto& v : staged_outputs_) staged_pointers_.push_back(v.data());
   summary_ = fmt::format(
-      "cpu int8: {} steps ({} conv2d/dense + relu/tanh fused), int8 products with int32 sums ({}), inputs of conv2d/dense "
+      "cpu int8: {} steps ({} conv2d/dense + relu/tanh fused, {} one-channel convolutions with output pixels across "
+      "the lanes), int8 products with int32 sums ({}), inputs of conv2d/dense "
       "quantized per tensor (calibrated ranges), weights per output channel, values NHWC in float; {} images per chunk, "
       "{} threads, batches up to {}; the same bits for any batch split, thread count and instruction set",
-      steps_.size(), fused, gemm_.name, images_, workers, max_batch_);
+      steps_.size(), fused, planes, gemm_.name, images_, workers, max_batch_);
+}
+
+void Int8Executable::plane_conv(const Step& s, const float* x, float* y, int count, Buffers& b) const {
+  const formats::Window2D& w = *s.win;
+  const int wp = w.pad_left + s.in.width + w.pad_right;
+  const size_t bytes = size_t(w.pad_top + s.in.height + w.pad_bottom) * size_t(wp);
+  for (int i = 0; i < count; ++i)
+    quantize_padded(x + i * s.in_elements, s.in, w, s.in_scale, b.padded.data() + i * bytes, gemm_.quantize);
+  PlaneConv c;
+  c.out_h = s.conv_out.height;
+  c.out_w = s.conv_out.width;
+  c.groups = s.groups.data();
+  c.taps = s.taps.data();
+  c.tap_offsets = s.tap_offsets.data();
+  c.tap_groups = int(s.tap_offsets.size());
+  c.n = s.n;
+  c.offset = s.offset.data();
+  c.scale = s.scale.data();
+  c.bias = s.bias.data();
+  c.act = s.act;
+  c.pool = s.pool;
+  c.scratch = b.planes.data();
+  for (int i = 0; i < count; ++i) {
+    c.padded = b.padded.data() + i * bytes;
+    c.y = y + i * s.out_elements;
+    gemm_.plane_conv(c);
+  }
 }
 
 void Int8Executable::conv(const Step& s, const float* x, float* y, Buffers& b) const {
@@ -359,6 +486,10 @@ void Int8Executable::run_chunk(const void* input, int first, int count, std::spa
     float* y = at(arena, s.output);
     switch (s.op) {
       case OpType::Conv2D:
+        if (s.plane) {
+          plane_conv(s, a, y, count, b);
+          break;
+        }
         for (int i = 0; i < count; ++i) conv(s, a + i * s.in_elements, y + i * s.out_elements, b);
         break;
       case OpType::Dense: {

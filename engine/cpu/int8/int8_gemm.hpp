@@ -20,6 +20,44 @@ inline constexpr int kColumnStep = 16;
 // in for another file's at link time.
 static inline int round_up(int x, int step) { return (x + step - 1) / step * step; }
 
+// One image's stride-1 convolution of a one-channel quantized image (a network's first layer): with
+// one channel an im2col row is kw bytes per window row and few output channels fill few lanes, so
+// this computes output pixels across the lanes instead, 16 pixels in row-major order at a time
+// (rows end mid-group: no lane idles), each int32 lane the exact sum of its pixel's taps, then the
+// epilogue (requantize_rows' operations), then `pool` (maxpool's or avgpool's operations), written
+// NHWC: the same bits as im2col, product, epilogue and pool.
+//
+// A group's lanes gather their activations from one 64-byte load at `origin` plus a tap group's
+// offset: 128-bit lane L takes dwords dwords[4L..4L+3] of it (vpermd), then lane l's four bytes
+// are bytes[4l..4l+3] of its 128-bit lane (vpshufb).
+struct PlaneGroup {
+  int32_t dwords[16];
+  uint8_t bytes[64];
+  int32_t origin = 0;  // the group's first pixel's window origin in the padded image
+};
+struct PlaneConv {
+  const uint8_t* padded = nullptr;  // the quantized padded image, 64 readable bytes after it
+  int out_h = 0, out_w = 0;         // the convolution's output (before the pool)
+  const PlaneGroup* groups = nullptr;  // ceil(out_h * out_w / 16)
+  // Four int8 weights of a window row per int32 (zeros past kw), as [ceil(n / 16)][tap_groups][16]
+  // (zeros past n), and each of the tap_groups (kh * ceil(kw / 4)) offsets from a window's origin.
+  const int32_t* taps = nullptr;
+  const int32_t* tap_offsets = nullptr;
+  int tap_groups = 0;
+  int n = 0;
+  const int32_t* offset = nullptr;  // as requantize_rows'
+  const double* scale = nullptr;
+  const double* bias = nullptr;
+  Act act = Act::None;
+  Pool pool = Pool::None;
+  float* scratch = nullptr;  // plane_conv_scratch(n, out_h, out_w) floats
+  float* y = nullptr;
+};
+// Floats of PlaneConv::scratch: the output planes of whole groups, slack, a pooled row's planes.
+static inline int64_t plane_conv_scratch(int n, int out_h, int out_w) {
+  return int64_t(n) * ((int64_t(out_h) * out_w + 15) / 16 * 16) + 32 + int64_t(n) * ((out_w / 2 + 15) / 16 * 16);
+}
+
 struct Int8Gemm {
   const char* name = "";
   // Bytes of the packed form of an [n][kp] int8 weight matrix (kp a multiple of kKStep).
@@ -34,6 +72,8 @@ struct Int8Gemm {
   void (*quantize)(const float* x, int64_t n, float scale, uint8_t* q) = nullptr;
   void (*requantize_rows)(const int32_t* c, int ldc, int rows, int n, const int32_t* offset, const double* scale,
                           const double* bias, Act act, float* y) = nullptr;
+  // PlaneConv; nullptr where the set has none (the convolution then goes through im2col).
+  void (*plane_conv)(const PlaneConv& c) = nullptr;
 };
 
 // AVX-512 VNNI (vpdpbusd): weights as [n/16][kp/4][16][4]. nullptr where not compiled in.

@@ -29,15 +29,11 @@ void quantize_padded(const float* x, Hwc in, const formats::Window2D& win, float
                      void (*quantize)(const float*, int64_t, float, uint8_t*)) {
   const int wp = win.pad_left + in.width + win.pad_right, hp = win.pad_top + in.height + win.pad_bottom;
   const int64_t row = int64_t(wp) * in.channels;
-  std::memset(out, 128, size_t(row) * win.pad_top);
-  for (int i = 0; i < in.height; ++i) {
-    uint8_t* r = out + (int64_t(win.pad_top) + i) * row;
-    std::memset(r, 128, size_t(win.pad_left) * in.channels);
+  // The border in one pass (a few bytes a row: one call per row side would cost more), then the rows.
+  if (wp != in.width || hp != in.height) std::memset(out, 128, size_t(row) * size_t(hp));
+  for (int i = 0; i < in.height; ++i)
     quantize(x + int64_t(i) * in.width * in.channels, int64_t(in.width) * in.channels, scale,
-             r + int64_t(win.pad_left) * in.channels);
-    std::memset(r + (int64_t(win.pad_left) + in.width) * in.channels, 128, size_t(win.pad_right) * in.channels);
-  }
-  std::memset(out + (int64_t(win.pad_top) + in.height) * row, 128, size_t(row) * (hp - win.pad_top - in.height));
+             out + (int64_t(win.pad_top) + i) * row + int64_t(win.pad_left) * in.channels);
 }
 
 namespace {

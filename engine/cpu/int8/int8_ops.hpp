@@ -4,6 +4,7 @@
 // give the same bits whichever int8 product runs. Each computes an element as the reference backend
 // does (engine/reference), in the same order of operations, except tanh (rational_tanh, as the fp32
 // kernels compute it).
+#include <cmath>
 #include <cstdint>
 
 #include "formats/model.hpp"
@@ -13,26 +14,32 @@ namespace engine::cpu::int8 {
 // The activation a conv2d or dense runs in its epilogue (the next node, when only it reads the output).
 enum class Act { None, Relu, Tanh };
 
+// A non-overlapping 2x2 pool (stride 2, no padding, the last odd row or column dropped) that a
+// convolution runs on its own output (int8_gemm.hpp, PlaneConv), as maxpool and avgpool compute it.
+enum class Pool { None, Max, Avg };
+
 // The fp32 kernels' rational tanh (engine/cpu/simd.hpp: Eigen's 13/6 minimax form, about 1 ulp)
-// with each multiply and add rounded (no FMA), so every instruction set's version of it gives the
-// same bits; a library tanh per element would cost more than LeNet's whole int8 c1. Static: a copy
-// per translation unit, so none built with -m flags can stand in for the portable one at link time.
+// as their FMA instruction sets compute it: each multiply-add of the two polynomials fused
+// (std::fma here, vfmadd in the vectorised versions: one rounding either way), so every
+// instruction set's version gives the same bits; a library tanh per element would cost more than
+// LeNet's whole int8 c1. Static: a copy per translation unit, so none built with -m flags can
+// stand in for the portable one at link time.
 static inline float rational_tanh(float v) {
   float c = v > -7.90531110763549805f ? v : -7.90531110763549805f;
   c = c < 7.90531110763549805f ? c : 7.90531110763549805f;
   const float x2 = c * c;
   float p = -2.76076847742355e-16f;
-  p = p * x2 + 2.00018790482477e-13f;
-  p = p * x2 + -8.60467152213735e-11f;
-  p = p * x2 + 5.12229709037114e-08f;
-  p = p * x2 + 1.48572235717979e-05f;
-  p = p * x2 + 6.37261928875436e-04f;
-  p = p * x2 + 4.89352455891786e-03f;
+  p = std::fma(p, x2, 2.00018790482477e-13f);
+  p = std::fma(p, x2, -8.60467152213735e-11f);
+  p = std::fma(p, x2, 5.12229709037114e-08f);
+  p = std::fma(p, x2, 1.48572235717979e-05f);
+  p = std::fma(p, x2, 6.37261928875436e-04f);
+  p = std::fma(p, x2, 4.89352455891786e-03f);
   p = p * c;
   float q = 1.19825839466702e-06f;
-  q = q * x2 + 1.18534705686654e-04f;
-  q = q * x2 + 2.26843463243900e-03f;
-  q = q * x2 + 4.89352518554385e-03f;
+  q = std::fma(q, x2, 1.18534705686654e-04f);
+  q = std::fma(q, x2, 2.26843463243900e-03f);
+  q = std::fma(q, x2, 4.89352518554385e-03f);
   const float r = p / q;
   const float ax = v < 0.0f ? -v : v;
   return ax < 0.0004f ? v : r;
