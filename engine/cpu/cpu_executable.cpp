@@ -81,6 +81,27 @@ int64_t place(std::vector<Life>& lives) {
 
 void CpuExecutable::FreeDeleter::operator()(float* p) const { std::free(p); }
 
+bool CpuExecutable::fuse_pool2(KStep& s, int& out_value, std::vector<bool>& fused) const {
+  // The conv's value (after its fused activation) read only by the node that follows it.
+  const Value& v = graph_.values[size_t(out_value)];
+  if (v.is_output || v.consumers.size() != 1) return false;
+  const int next = v.consumers[0];
+  const PlannedNode& pool = graph_.nodes[size_t(next)];
+  if (next <= 0 || fused[size_t(next)] || pool.node->op != OpType::MaxPool || pool.inputs.size() != 1) return false;
+  const formats::Window2D& w = pool.node->window;
+  if (w.kernel_h != 2 || w.kernel_w != 2 || w.stride_h != 2 || w.stride_w != 2 || w.pad_top != 0 ||
+      w.pad_bottom != 0 || w.pad_left != 0 || w.pad_right != 0)
+    return false;
+  const Chw o = chw_of(graph_.values[size_t(pool.output)].shape, pool.node->name);
+  if (o.c != s.c_out || o.h != s.h_out / 2 || o.w != s.w_out / 2 || o.h < 1 || o.w < 1) return false;
+  s.pool2 = true;
+  s.h_out = 2 * o.h;
+  s.w_out = 2 * o.w;
+  out_value = pool.output;
+  fused[size_t(next)] = true;
+  return true;
+}
+
 CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels,
                              CpuOptions::Schedule schedule)
     : graph_(graph), kernels_(kernels), max_batch_(options.max_batch) {
@@ -107,7 +128,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   };
   std::vector<Ids> ids;
   auto root = [&](int id) { return graph_.storage_root(id); };
-  int fused_count = 0, by_channel = 0;
+  int fused_count = 0, by_channel = 0, pools_fused = 0;
   int64_t scratch_floats = 0;
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     const PlannedNode& planned = graph_.nodes[n];
@@ -240,6 +261,12 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
         }
       }
     }
+    if (s.op == KOp::Conv && s.single_by_channel && fuse_pool2(s, out_value, fused)) {
+      ++pools_fused;
+      // The single-image path's row of window maxima goes after the padded input copy
+      // (kernels.hpp, pool_row): 2 x lanes channels per pooled column.
+      scratch_floats = std::max(scratch_floats, round_up(int64_t(s.c_in) * s.hp * s.wp, 16) + s.w_out / 2 * 2 * lanes);
+    }
     id.out = root(out_value);
     ids.push_back(id);
     steps_.push_back(s);
@@ -338,10 +365,10 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
                                 : "")
               : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
-      "cpu: {} kernels, {}, {} steps from {} nodes ({} activations fused, {} convs across channels on single "
-      "images), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
+      "cpu: {} kernels, {}, {} steps from {} nodes ({} activations and {} max pools fused, {} convs across "
+      "channels on single images), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
       "count and batch split{}",
-      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, by_channel, threads_,
+      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, by_channel, threads_,
       double(per_thread) * sizeof(float) / 1024, max_batch_,
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }

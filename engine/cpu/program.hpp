@@ -36,6 +36,12 @@ struct KStep {
   // (scratch); false when that buffer would be too large (huge padding) and taps are bounds-checked.
   bool padded = false;
   int64_t hp = 0, wp = 0;
+  // Conv: a 2x2 stride-2 max pool fused into the store, where the pool is the conv's only reader
+  // and the single-image path runs across channels. h_out and w_out are then the conv grid the
+  // kernels compute, 2 ph x 2 pw (a last odd row or column, which the pool drops, is not computed),
+  // and the step's output is the pooled [c_out][ph][pw] value: per output, m = max(x, m) over the
+  // window in (p, q) order from m = -inf, as the pooling step computes it, so the same bits.
+  bool pool2 = false;
   // Conv, single-image path: vectorise over output channels rather than along output rows, when
   // that fills more lanes. weight_t: blocks of B = 2 x lanes output channels, [c_out_padded / B]
   // [c][p][q][B], zero past c_out.

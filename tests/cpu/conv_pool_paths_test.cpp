@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/graph.hpp"
 #include "engine/cpu/cpu_options.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
@@ -108,6 +109,50 @@ TEST(CpuConvPaths, PoolsWholeWindowsAndPadded) {
       auto model = testing_support::single_op_model(op, {c.C, c.H, c.W}, attrs, seed++);
       check(model, seed++, std::string(formats::op_name(op)) + " " + formats::shape_to_string({c.C, c.H, c.W}));
     }
+}
+
+// A 2x2 stride-2 max pool after a conv the single-image path runs across channels is fused into
+// the conv's store (KStep::pool2): odd sizes (a last row and column the pool drops), with and
+// without an activation between, with padding and without, and one whose conv value has a
+// second reader (not fused). The plan summary says how many were fused.
+TEST(CpuConvPaths, MaxPoolFusedIntoTheConv) {
+  using testing_support::ModelBuilder;
+  struct Case {
+    int C, H, W, O;
+    formats::Window2D win;
+    bool relu;
+  };
+  const Case cases[] = {
+      {3, 32, 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), true},   // CIFAR's first block
+      {16, 7, 7, 40, window(3, 3, 1, 1, 1, 1, 1, 1), true},    // 7 -> 3: last row and column unused
+      {5, 15, 13, 20, window(3, 3, 1, 1), false},              // 'valid', odd, no activation
+      {8, 18, 30, 17, window(5, 5, 1, 1, 2, 2, 2, 2), true},   // 5x5 'same', 15 pooled columns
+      {4, 19, 21, 16, window(3, 3, 2, 2, 1, 1, 1, 1), true},   // stride 2: 10 x 11 -> 5 x 5
+  };
+  uint32_t seed = 9000;
+  for (const auto& c : cases) {
+    const formats::Shape in{c.C, c.H, c.W};
+    ModelBuilder b("conv_pool", in);
+    b.conv2d("c", "x", c.C, c.O, c.win, seed++);
+    if (c.relu) b.unary("r", OpType::Relu, "c");
+    auto model = b.pool("p", OpType::MaxPool, c.relu ? "r" : "c", window(2, 2, 2, 2)).outputs({"p"}).build();
+    const std::string what = "conv+pool " + formats::shape_to_string(in) + " -> " + std::to_string(c.O);
+    auto backend = engine::cpu::make_cpu_backend();
+    engine::CompileOptions options;
+    const auto plan = backend->compile(engine::plan_graph(model), options)->plan_summary();
+    EXPECT_NE(plan.find("1 max pools fused"), std::string::npos) << what << ": " << plan;
+    check(model, seed++, what);
+  }
+  // The conv's value also a model output: the pool stays a step of its own.
+  auto model = ModelBuilder("conv_pool_two_readers", {6, 12, 12})
+                   .conv2d("c", "x", 6, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                   .pool("p", OpType::MaxPool, "c", window(2, 2, 2, 2))
+                   .outputs({"p", "c"})
+                   .build();
+  auto backend = engine::cpu::make_cpu_backend();
+  const auto plan = backend->compile(engine::plan_graph(model), engine::CompileOptions{})->plan_summary();
+  EXPECT_NE(plan.find("0 max pools fused"), std::string::npos) << plan;
+  check(model, seed++, "conv read by a pool and as an output");
 }
 
 }  // namespace
