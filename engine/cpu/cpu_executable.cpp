@@ -309,12 +309,24 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   // images, as many of their inputs as fit in half of L2, so each weight is read from memory once
   // per group. Auto picks it where a tile's largest zero-bordered conv input (the tile path's copy,
   // lanes images wide) exceeds L2: the tile kernel then streams its input from beyond L2 while one
-  // image's stays in it. On the zoo's models that split matched the measured winner at batches 64
-  // and 1,024 (docs/design/cpu-backend.md): images on cifar-vgg, vgg-mnist and resnet20, tiles on
-  // keras-cnn ('valid' convs: no copy), conv-bn-relu and concat-branches.
+  // image's stays in it. And where the single-image path runs every conv at its best, at least
+  // two vectors of channels (2 x lanes) per block and vector stores, and the tile path copies a
+  // padded input lanes images wide. On the zoo's models that split matched the measured winner at
+  // batches 64 and 1,024 (docs/design/cpu-backend.md): images on cifar-vgg, vgg-mnist, resnet20
+  // and (AVX-512) conv-bn-relu; tiles on keras-cnn ('valid' convs: no copy), concat-branches
+  // (16- and 24-channel layers) and conv-bn-relu with AVX2 (stores through a buffer).
   const int64_t l2 = host_l2_cache_bytes();
   const bool tile_input_beyond_l2 = scratch_floats * int64_t(sizeof(float)) > l2;
-  images_ = schedule == CpuOptions::Schedule::Images || (schedule == CpuOptions::Schedule::Auto && tile_input_beyond_l2);
+  bool convs = false, all_wide = true, any_copy = false;
+  for (const KStep& s : steps_) {
+    if (s.op != KOp::Conv) continue;
+    convs = true;
+    all_wide = all_wide && s.single_by_channel && s.c_out >= 2 * lanes;
+    any_copy = any_copy || (s.padded && (s.hp != s.h_in || s.wp != s.w_in));
+  }
+  const bool channels_win = kernels_.vector_planar_store && convs && all_wide && any_copy;
+  images_ = schedule == CpuOptions::Schedule::Images ||
+            (schedule == CpuOptions::Schedule::Auto && (tile_input_beyond_l2 || channels_win));
   int64_t dense_k = 0;
   for (const KStep& s : steps_)
     if (s.op == KOp::Dense) dense_k = std::max(dense_k, s.elements);
@@ -359,10 +371,11 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   const std::string schedule_text =
       images_ ? fmt::format("one image at a time, dense layers for groups of up to {} images ({} KiB L2{})", group_,
                             l2 / 1024,
-                            schedule == CpuOptions::Schedule::Auto
+                            schedule != CpuOptions::Schedule::Auto ? ""
+                            : tile_input_beyond_l2
                                 ? fmt::format("; a tile's largest padded conv input, {} KiB, exceeds it",
                                               scratch_floats * int64_t(sizeof(float)) / 1024)
-                                : "")
+                                : "; every conv across two or more vectors of channels")
               : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
       "cpu: {} kernels, {}, {} steps from {} nodes ({} activations and {} max pools fused, {} convs across "

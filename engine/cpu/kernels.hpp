@@ -28,6 +28,9 @@ struct K {
   using V = typename S::V;
   static constexpr int W = S::W;
   using M = VMath<S>;
+  // Where the set transposes in registers and has a masked partial store (store_planar).
+  static constexpr bool kVectorPlanarStore =
+      requires(V (&r)[W], float* p, V v) { S::transpose(r); S::store_first(p, v, 0); };
 
   static V act(KAct a, V v) {
     switch (a) {
@@ -321,7 +324,7 @@ struct K {
   template <int RV, int N>
   static void store_planar(const KStep& s, V (&vals)[RV][N], float* out, int64_t plane, int oc, int count) {
     const int channels = s.c_out - oc < RV * W ? s.c_out - oc : RV * W;
-    if constexpr (requires(V (&r)[W], float* p, V v) { S::transpose(r); S::store_first(p, v, 0); }) {
+    if constexpr (kVectorPlanarStore) {
       for (int v = 0; v < RV; ++v) {
         const int n = channels - v * W < W ? channels - v * W : W;
         for (int j0 = 0; j0 < count; j0 += W) {

@@ -89,6 +89,9 @@ struct KernelSet {
   void (*preprocess)(const Preprocess& p, const uint8_t* raw, float* out) = nullptr;
   // `lanes` images of `elements` floats each, one after the other, to the tile layout [elements][lanes].
   void (*to_lanes)(const float* rows, int64_t elements, float* tile) = nullptr;
+  // The single-image channel kernel stores its blocks to the planar layout with in-register
+  // transposes and masked stores (else through a buffer, a scalar store per value).
+  bool vector_planar_store = false;
 };
 
 const KernelSet* kernels_avx512();
