@@ -271,6 +271,32 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     ids.push_back(id);
     steps_.push_back(s);
   }
+  // A conv whose value only the next padded conv reads writes it zero-bordered, as that conv reads
+  // it (KStep::out_wp), instead of the reader copying it into the scratch: only where both
+  // kernels a step may run store through the bordered layout (the tile kernel and the
+  // single-image channel kernel; not the rows kernel nor the bounds-checked one).
+  std::vector<int64_t> bordered_size(graph_.values.size(), 0);
+  int bordered = 0;
+  {
+    std::vector<int> readers(graph_.values.size(), 0), reader(graph_.values.size(), -1);
+    for (int i = 0; i < int(steps_.size()); ++i)
+      for (int in : {ids[size_t(i)].in0, ids[size_t(i)].in1})
+        if (in >= 0) ++readers[size_t(in)], reader[size_t(in)] = i;
+    for (int id : graph_.outputs) readers[size_t(root(id))] += 2;  // never an output
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      KStep& p = steps_[i];
+      const int v = ids[i].out;
+      if (p.op != KOp::Conv || !p.padded || !p.single_by_channel || ids[i].out_shift != 0 || readers[size_t(v)] != 1)
+        continue;
+      const int j = reader[size_t(v)];
+      KStep& c = steps_[size_t(j)];
+      if (c.op != KOp::Conv || !c.padded || ids[size_t(j)].in0 != v || (c.hp == c.h_in && c.wp == c.w_in)) continue;
+      p.out_hp = c.hp, p.out_wp = c.wp, p.out_pt = c.pt, p.out_pl = c.pl;
+      c.in_bordered = true;
+      bordered_size[size_t(v)] = int64_t(c.c_in) * c.hp * c.wp;
+      ++bordered;
+    }
+  }
   // The steps' own arena layout (see place()).
   std::vector<Life> lives(graph_.values.size());
   const int end = int(steps_.size());
@@ -282,7 +308,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   for (int i = 0; i < end; ++i) {
     const int id = ids[size_t(i)].out;
     Life& out = lives[size_t(id)];
-    out.size = graph_.values[size_t(id)].elements;
+    out.size = bordered_size[size_t(id)] > 0 ? bordered_size[size_t(id)] : graph_.values[size_t(id)].elements;
     if (!written[size_t(id)]) out.first = i;
     written[size_t(id)] = true;
     out.last = i;
@@ -379,9 +405,9 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
               : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
       "cpu: {} kernels, {}, {} steps from {} nodes ({} activations and {} max pools fused, {} convs across "
-      "channels on single images), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
+      "channels on single images, {} writing the next conv's zero-bordered input), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
       "count and batch split{}",
-      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, by_channel, threads_,
+      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, by_channel, bordered, threads_,
       double(per_thread) * sizeof(float) / 1024, max_batch_,
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }

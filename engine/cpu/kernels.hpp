@@ -82,6 +82,39 @@ struct K {
 
   static bool no_padding(const KStep& s) { return s.hp == s.h_in && s.wp == s.w_in; }
 
+  // Where a conv's output value (pooled, if a pool is fused) lives: channel planes `plane` floats
+  // apart, rows `row` apart, the first value at `origin` (KStep::out_wp: zero-bordered for the
+  // next conv), in floats per image.
+  struct OutLayout {
+    int64_t plane, row, origin;
+  };
+  static OutLayout out_layout(const KStep& s) {
+    if (s.out_wp > 0) return {s.out_hp * s.out_wp, s.out_wp, int64_t(s.out_pt) * s.out_wp + s.out_pl};
+    const int64_t rows = s.pool2 ? s.h_out / 2 : s.h_out, cols = s.pool2 ? s.w_out / 2 : s.w_out;
+    return {rows * cols, cols, 0};
+  }
+  // The zeros around a bordered output's values (L floats each): whole rows above and below, and
+  // between two rows the right margin of one and the left margin of the next, one run each.
+  static void zero_border(const KStep& s, float* y, int64_t L) {
+    if (s.out_wp == 0) return;
+    const int64_t rows = s.pool2 ? s.h_out / 2 : s.h_out, cols = s.pool2 ? s.w_out / 2 : s.w_out;
+    const int64_t top = s.out_pt * s.out_wp * L, bottom = (s.out_hp - s.out_pt - rows) * s.out_wp * L;
+    const int64_t gap = (s.out_wp - cols) * L;
+    for (int64_t c = 0; c < s.c_out; ++c) {
+      float* p = y + c * s.out_hp * s.out_wp * L;
+      for (int64_t i = 0; i < top; ++i) p[i] = 0.0f;
+      // From the left margin of the first value row to the right margin of the last.
+      float* m = p + top;
+      for (int64_t i = 0; i < s.out_pl * L; ++i) m[i] = 0.0f;
+      m += (s.out_pl + cols) * L;
+      for (int64_t r = 0; r + 1 < rows; ++r, m += s.out_wp * L)
+        for (int64_t i = 0; i < gap; ++i) m[i] = 0.0f;
+      for (int64_t i = 0; i < (s.out_wp - s.out_pl - cols) * L; ++i) m[i] = 0.0f;
+      float* b = p + top + rows * s.out_wp * L;
+      for (int64_t i = 0; i < bottom; ++i) b[i] = 0.0f;
+    }
+  }
+
   // Tile path: RO output channels x RX output positions of one output row, W images per vector.
   template <int RO, int RX>
   static void conv_tile_block(const KStep& s, const float* xp, float* y, int oc, int oy, int ox) {
@@ -108,9 +141,11 @@ struct K {
       }
     }
     if (s.pool2) return pool2_tile<RO, RX>(s, acc, y, oc, oy, ox);
+    const OutLayout o = out_layout(s);
     for (int r = 0; r < RO; ++r)
       for (int j = 0; j < RX; ++j)
-        S::store(y + (((int64_t(oc) + r) * s.h_out + oy) * s.w_out + ox + j) * W, act(s.act, acc[r][j]));
+        S::store(y + ((int64_t(oc) + r) * o.plane + o.origin + int64_t(oy) * o.row + ox + j) * W,
+                 act(s.act, acc[r][j]));
   }
 
   // The fused 2x2/2 max pool (KStep::pool2) on the tile path: positions (ox + 2k, ox + 2k + 1) are
@@ -119,10 +154,10 @@ struct K {
   // pool_tile does it.
   template <int RO, int RX>
   static void pool2_tile(const KStep& s, V (&acc)[RO][RX], float* y, int oc, int oy, int ox) {
-    const int64_t ph = s.h_out / 2, pw = s.w_out / 2;
+    const OutLayout o = out_layout(s);
     for (int r = 0; r < RO; ++r)
       for (int k = 0; k < RX / 2; ++k) {
-        float* p = y + (((int64_t(oc) + r) * ph + oy / 2) * pw + ox / 2 + k) * W;
+        float* p = y + ((int64_t(oc) + r) * o.plane + o.origin + int64_t(oy / 2) * o.row + ox / 2 + k) * W;
         V m = oy % 2 == 0 ? S::set1(-__builtin_inff()) : S::load(p);
         m = S::max(act(s.act, acc[r][2 * k]), m);
         m = S::max(act(s.act, acc[r][2 * k + 1]), m);
@@ -168,10 +203,11 @@ struct K {
     float* y = arena + s.out * W;
     if (!s.padded) return conv_generic(s, x, y, W);
     const float* xp = x;
-    if (!no_padding(s)) {
+    if (!no_padding(s) && !s.in_bordered) {
       pad_input(s, x, scratch, W);
       xp = scratch;
     }
+    zero_border(s, y, W);
     const int block = channel_block(s.c_out);
     // Rows in order: with a fused pool, an even row's window maxima are in the output before the
     // odd row below reads them.
@@ -284,9 +320,10 @@ struct K {
       for (int j = 0; j < RX; ++j) acc[v][j] = act(s.act, acc[v][j]);
     if (s.pool2) return pool2_single<RV, RX>(s, acc, y, oc, f0, row);
     // f0 = oy * wp + ox, and the block's positions are consecutive outputs: one output row's
-    // (row by row), or consecutive rows' where wp == w_out (flat).
-    const int64_t plane = int64_t(s.h_out) * s.w_out;
-    store_planar<RV, RX>(s, acc, y + int64_t(oc) * plane + f0 / s.wp * s.w_out + f0 % s.wp, plane, oc, RX);
+    // (row by row), or consecutive rows' where wp == w_out (flat, never with a bordered output).
+    const OutLayout o = out_layout(s);
+    store_planar<RV, RX>(s, acc, y + int64_t(oc) * o.plane + o.origin + f0 / s.wp * o.row + f0 % s.wp, o.plane, oc,
+                         RX);
   }
 
   // The fused 2x2/2 max pool (KStep::pool2) on the single-image path: positions (2k, 2k + 1) of the
@@ -311,8 +348,8 @@ struct K {
           m[v][k] = a;
       }
     if (even) return;
-    const int64_t pw = s.w_out / 2, plane = int64_t(s.h_out / 2) * pw;
-    store_planar<RV, P>(s, m, y + int64_t(oc) * plane + oy / 2 * pw + ox / 2, plane, oc, RX / 2);
+    const OutLayout o = out_layout(s);
+    store_planar<RV, P>(s, m, y + int64_t(oc) * o.plane + o.origin + oy / 2 * o.row + ox / 2, o.plane, oc, RX / 2);
   }
 
   // Stores `count` consecutive output positions of RV vectors of channels (from oc) to the planar
@@ -360,7 +397,7 @@ struct K {
     // row was as fast or faster wherever columns were dropped, 32-wide rows included, and 8- and
     // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md). A fused pool goes row
     // by row, its windows' columns in pairs within a block.
-    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && !s.pool2;
+    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && !s.pool2 && s.out_wp == 0;
     for (int oc = 0; oc < s.c_out; oc += 2 * W) {
       const int rv = s.c_out - oc > W ? 2 : 1;
       const int most = S::kAccumulators / rv;
@@ -412,10 +449,11 @@ struct K {
     float* y = arena + s.out;
     if (!s.padded) return conv_generic(s, x, y, 1);
     const float* xp = x;
-    if (!no_padding(s)) {
+    if (!no_padding(s) && !s.in_bordered) {
       pad_input(s, x, scratch, 1);
       xp = scratch;
     }
+    zero_border(s, y, 1);
     if (s.single_by_channel) return conv_single_by_channel(s, xp, y, pool_row(s, scratch));
     const int block = channel_block(s.c_out);
     for (int oy = 0; oy < s.h_out; ++oy)

@@ -42,6 +42,12 @@ struct KStep {
   // and the step's output is the pooled [c_out][ph][pw] value: per output, m = max(x, m) over the
   // window in (p, q) order from m = -inf, as the pooling step computes it, so the same bits.
   bool pool2 = false;
+  // Conv: the output written zero-bordered, as the next conv (its only reader) reads it, so that
+  // conv copies nothing (in_bordered): planes of out_hp x out_wp, the values from row out_pt,
+  // column out_pl; the producer writes the border's zeros. out_wp = 0: plain [c][h][w].
+  int64_t out_hp = 0, out_wp = 0;
+  int out_pt = 0, out_pl = 0;
+  bool in_bordered = false;  // Conv: the input is in the arena already as the hp x wp planes
   // Conv, single-image path: vectorise over output channels rather than along output rows, when
   // that fills more lanes. weight_t: blocks of B = 2 x lanes output channels, [c_out_padded / B]
   // [c][p][q][B], zero past c_out.

@@ -155,4 +155,38 @@ TEST(CpuConvPaths, MaxPoolFusedIntoTheConv) {
   check(model, seed++, "conv read by a pool and as an output");
 }
 
+// A conv whose value only the next padded conv reads writes it zero-bordered, and that conv reads
+// it in place (KStep::out_wp, in_bordered): chains of padded convs, after a fused pool, at stride 2,
+// with asymmetric padding, odd sizes; a value with a second reader keeps the plain layout.
+TEST(CpuConvPaths, ConvWritesTheNextConvsBorderedInput) {
+  using testing_support::ModelBuilder;
+  uint32_t seed = 9500;
+  auto chain = ModelBuilder("conv_chain", {3, 19, 17})
+                   .conv2d("a", "x", 3, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed)
+                   .unary("ra", OpType::Relu, "a")
+                   .conv2d("b", "ra", 32, 20, window(5, 5, 1, 1, 2, 2, 2, 2), seed + 2)
+                   .pool("pb", OpType::MaxPool, "b", window(2, 2, 2, 2))
+                   .conv2d("c", "pb", 20, 48, window(3, 3, 2, 2, 1, 1, 1, 1), seed + 4)
+                   .unary("rc", OpType::Tanh, "c")
+                   .conv2d("d", "rc", 48, 17, window(3, 3, 1, 1, 0, 2, 1, 0), seed + 6)
+                   .conv2d("e", "d", 17, 33, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 8)
+                   .outputs({"e"})
+                   .build();
+  auto backend = engine::cpu::make_cpu_backend();
+  auto plan = backend->compile(engine::plan_graph(chain), engine::CompileOptions{})->plan_summary();
+  EXPECT_NE(plan.find("4 writing the next conv's zero-bordered input"), std::string::npos) << plan;
+  check(chain, seed + 10, "chain of padded convs");
+  // b's value read by c and by an add: not bordered (a, the only other candidate, still is).
+  auto shared = ModelBuilder("conv_shared", {4, 10, 10})
+                    .conv2d("a", "x", 4, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 12)
+                    .conv2d("b", "a", 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 14)
+                    .conv2d("c", "b", 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 16)
+                    .add("s", "b", "c")
+                    .outputs({"s"})
+                    .build();
+  plan = backend->compile(engine::plan_graph(shared), engine::CompileOptions{})->plan_summary();
+  EXPECT_NE(plan.find("1 writing the next conv's zero-bordered input"), std::string::npos) << plan;
+  check(shared, seed + 18, "conv read by a conv and an add");
+}
+
 }  // namespace
