@@ -81,6 +81,34 @@ int64_t place(std::vector<Life>& lives) {
 
 void CpuExecutable::FreeDeleter::operator()(float* p) const { std::free(p); }
 
+bool CpuExecutable::fuse_add(KStep& s, int node, int& out_value, int& in1, std::vector<bool>& fused) const {
+  if (!s.padded || s.act != KAct::None) return false;
+  const Value& v = graph_.values[size_t(out_value)];
+  if (v.is_output || v.consumers.size() != 1) return false;
+  const int next = v.consumers[0];
+  const PlannedNode& add = graph_.nodes[size_t(next)];
+  if (fused[size_t(next)] || add.node->op != OpType::Add || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1])
+    return false;
+  // The other value must exist when the conv runs: the graph input or a node before it.
+  const int other = add.inputs[0] == out_value ? add.inputs[1] : add.inputs[0];
+  if (graph_.values[size_t(other)].producer >= node) return false;
+  s.add_in1 = true;
+  in1 = graph_.storage_root(other);
+  out_value = add.output;
+  fused[size_t(next)] = true;
+  // And an activation that is the add's only reader.
+  const Value& sum = graph_.values[size_t(out_value)];
+  if (!sum.is_output && sum.consumers.size() == 1) {
+    const PlannedNode& a = graph_.nodes[size_t(sum.consumers[0])];
+    if (act_of(a.node->op) != KAct::None && a.inputs.size() == 1 && !fused[size_t(sum.consumers[0])]) {
+      s.act = act_of(a.node->op);
+      out_value = a.output;
+      fused[size_t(sum.consumers[0])] = true;
+    }
+  }
+  return true;
+}
+
 bool CpuExecutable::fuse_pool2(KStep& s, int& out_value, std::vector<bool>& fused) const {
   // The conv's value (after its fused activation) read only by the node that follows it.
   const Value& v = graph_.values[size_t(out_value)];
@@ -128,7 +156,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   };
   std::vector<Ids> ids;
   auto root = [&](int id) { return graph_.storage_root(id); };
-  int fused_count = 0, by_channel = 0, pools_fused = 0;
+  int fused_count = 0, by_channel = 0, pools_fused = 0, adds_fused = 0;
   int64_t scratch_floats = 0;
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     const PlannedNode& planned = graph_.nodes[n];
@@ -261,7 +289,9 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
         }
       }
     }
-    if (s.op == KOp::Conv && s.single_by_channel && fuse_pool2(s, out_value, fused)) {
+    if (s.op == KOp::Conv && s.single_by_channel && fuse_add(s, int(n), out_value, id.in1, fused)) {
+      ++adds_fused;
+    } else if (s.op == KOp::Conv && s.single_by_channel && fuse_pool2(s, out_value, fused)) {
       ++pools_fused;
       // The single-image path's row of window maxima goes after the padded input copy
       // (kernels.hpp, pool_row): 2 x lanes channels per pooled column.
@@ -286,7 +316,8 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     for (size_t i = 0; i < steps_.size(); ++i) {
       KStep& p = steps_[i];
       const int v = ids[i].out;
-      if (p.op != KOp::Conv || !p.padded || !p.single_by_channel || ids[i].out_shift != 0 || readers[size_t(v)] != 1)
+      if (p.op != KOp::Conv || !p.padded || !p.single_by_channel || p.add_in1 || ids[i].out_shift != 0 ||
+          readers[size_t(v)] != 1)
         continue;
       const int j = reader[size_t(v)];
       KStep& c = steps_[size_t(j)];
@@ -404,10 +435,10 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
                                 : "; every conv across two or more vectors of channels")
               : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
-      "cpu: {} kernels, {}, {} steps from {} nodes ({} activations and {} max pools fused, {} convs across "
+      "cpu: {} kernels, {}, {} steps from {} nodes ({} activations, {} max pools and {} adds fused, {} convs across "
       "channels on single images, {} writing the next conv's zero-bordered input), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
       "count and batch split{}",
-      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, by_channel, bordered, threads_,
+      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, adds_fused, by_channel, bordered, threads_,
       double(per_thread) * sizeof(float) / 1024, max_batch_,
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }

@@ -143,9 +143,12 @@ struct K {
     if (s.pool2) return pool2_tile<RO, RX>(s, acc, y, oc, oy, ox);
     const OutLayout o = out_layout(s);
     for (int r = 0; r < RO; ++r)
-      for (int j = 0; j < RX; ++j)
-        S::store(y + ((int64_t(oc) + r) * o.plane + o.origin + int64_t(oy) * o.row + ox + j) * W,
-                 act(s.act, acc[r][j]));
+      for (int j = 0; j < RX; ++j) {
+        const int64_t at = ((int64_t(oc) + r) * o.plane + o.origin + int64_t(oy) * o.row + ox + j) * W;
+        // The fused add's other value (KStep::add_in1), at the same place in its own tile value.
+        const V v = s.add_in1 ? S::add(acc[r][j], S::load(y + (s.in1 - s.out) * W + at)) : acc[r][j];
+        S::store(y + at, act(s.act, v));
+      }
   }
 
   // The fused 2x2/2 max pool (KStep::pool2) on the tile path: positions (ox + 2k, ox + 2k + 1) are
@@ -316,14 +319,27 @@ struct K {
         for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
       }
     }
-    for (int v = 0; v < RV; ++v)
-      for (int j = 0; j < RX; ++j) acc[v][j] = act(s.act, acc[v][j]);
+    if (!s.add_in1)
+      for (int v = 0; v < RV; ++v)
+        for (int j = 0; j < RX; ++j) acc[v][j] = act(s.act, acc[v][j]);
     if (s.pool2) return pool2_single<RV, RX>(s, acc, y, oc, f0, row);
     // f0 = oy * wp + ox, and the block's positions are consecutive outputs: one output row's
     // (row by row), or consecutive rows' where wp == w_out (flat, never with a bordered output).
     const OutLayout o = out_layout(s);
-    store_planar<RV, RX>(s, acc, y + int64_t(oc) * o.plane + o.origin + f0 / s.wp * o.row + f0 % s.wp, o.plane, oc,
-                         RX);
+    float* out = y + int64_t(oc) * o.plane + o.origin + f0 / s.wp * o.row + f0 % s.wp;
+    store_planar<RV, RX>(s, acc, out, o.plane, oc, RX);
+    if (s.add_in1) add_act_runs(s, out, y + (s.in1 - s.out) + (out - y), o.plane, s.c_out - oc < RV * W ? s.c_out - oc : RV * W, RX);
+  }
+
+  // The fused add (KStep::add_in1) on the single-image path, over the sums just stored: per
+  // channel a run of `count` positions, y = y + r (one IEEE addition), then the activation.
+  static void add_act_runs(const KStep& s, float* y, const float* r, int64_t plane, int channels, int count) {
+    const int whole = count - count % W;
+    for (int l = 0; l < channels; ++l, y += plane, r += plane) {
+      for (int k = 0; k < whole; k += W) S::store(y + k, act(s.act, S::add(S::load(y + k), S::load(r + k))));
+      for (int k = whole; k < count; ++k) y[k] = y[k] + r[k];
+      act_inplace(s.act, y + whole, count - whole);
+    }
   }
 
   // The fused 2x2/2 max pool (KStep::pool2) on the single-image path: positions (2k, 2k + 1) of the

@@ -140,7 +140,7 @@ TEST(CpuConvPaths, MaxPoolFusedIntoTheConv) {
     auto backend = engine::cpu::make_cpu_backend();
     engine::CompileOptions options;
     const auto plan = backend->compile(engine::plan_graph(model), options)->plan_summary();
-    EXPECT_NE(plan.find("1 max pools fused"), std::string::npos) << what << ": " << plan;
+    EXPECT_NE(plan.find(", 1 max pools and"), std::string::npos) << what << ": " << plan;
     check(model, seed++, what);
   }
   // The conv's value also a model output: the pool stays a step of its own.
@@ -151,7 +151,7 @@ TEST(CpuConvPaths, MaxPoolFusedIntoTheConv) {
                    .build();
   auto backend = engine::cpu::make_cpu_backend();
   const auto plan = backend->compile(engine::plan_graph(model), engine::CompileOptions{})->plan_summary();
-  EXPECT_NE(plan.find("0 max pools fused"), std::string::npos) << plan;
+  EXPECT_NE(plan.find(", 0 max pools and"), std::string::npos) << plan;
   check(model, seed++, "conv read by a pool and as an output");
 }
 
@@ -187,6 +187,45 @@ TEST(CpuConvPaths, ConvWritesTheNextConvsBorderedInput) {
   plan = backend->compile(engine::plan_graph(shared), engine::CompileOptions{})->plan_summary();
   EXPECT_NE(plan.find("1 writing the next conv's zero-bordered input"), std::string::npos) << plan;
   check(shared, seed + 18, "conv read by a conv and an add");
+}
+
+// An add that is a conv's only reader, and a relu after it, fused into the conv's store
+// (KStep::add_in1): residual blocks as resnet20's, identity shortcuts and a strided 1x1 projection
+// computed after the conv the add follows (the add then fuses into the projection), odd sizes.
+TEST(CpuConvPaths, AddFusedIntoTheConv) {
+  using testing_support::ModelBuilder;
+  uint32_t seed = 9700;
+  auto model = ModelBuilder("residual", {5, 13, 11})
+                   .conv2d("stem", "x", 5, 16, window(3, 3, 1, 1, 1, 1, 1, 1), seed)
+                   .unary("r0", OpType::Relu, "stem")
+                   .conv2d("a1", "r0", 16, 16, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 2)
+                   .unary("ra1", OpType::Relu, "a1")
+                   .conv2d("b1", "ra1", 16, 16, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 4)
+                   .add("s1", "b1", "r0")
+                   .unary("r1", OpType::Relu, "s1")
+                   .conv2d("a2", "r1", 16, 40, window(3, 3, 2, 2, 1, 1, 1, 1), seed + 6)
+                   .unary("ra2", OpType::Relu, "a2")
+                   .conv2d("b2", "ra2", 40, 40, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 8)
+                   .conv2d("p2", "r1", 16, 40, window(1, 1, 2, 2), seed + 10)
+                   .add("s2", "b2", "p2")
+                   .unary("r2", OpType::Relu, "s2")
+                   .conv2d("b3", "r2", 40, 40, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 12)
+                   .add("s3", "r2", "b3")
+                   .outputs({"s3"})
+                   .build();
+  auto backend = engine::cpu::make_cpu_backend();
+  const auto plan = backend->compile(engine::plan_graph(model), engine::CompileOptions{})->plan_summary();
+  EXPECT_NE(plan.find("3 adds fused"), std::string::npos) << plan;
+  check(model, seed + 14, "residual blocks");
+  for (auto schedule : {engine::cpu::CpuOptions::Schedule::Tiles, engine::cpu::CpuOptions::Schedule::Images}) {
+    engine::cpu::CpuOptions o;
+    o.schedule = schedule;
+    auto b = engine::cpu::make_cpu_backend(o);
+    const auto input = testing_support::random_floats(5 * 13 * 11 * 21, seed + 16, -3.0f, 1.0f);
+    const auto c = testing_support::compare_with_cpu(model, *b, input.data(), 21, 21);
+    EXPECT_EQ(c.unwritten, 0u);
+    EXPECT_LE(c.max_abs_error, kTolerance) << c.worst;
+  }
 }
 
 }  // namespace
