@@ -28,9 +28,12 @@ struct K {
   using V = typename S::V;
   static constexpr int W = S::W;
   using M = VMath<S>;
-  // Where the set transposes in registers and has a masked partial store (store_planar).
-  static constexpr bool kVectorPlanarStore =
-      requires(V (&r)[W], float* p, V v) { S::transpose(r); S::store_first(p, v, 0); };
+  // Where the set transposes in registers and has masked partial stores and loads (store_planar).
+  static constexpr bool kVectorPlanarStore = requires(V (&r)[W], float* p, V v) {
+    S::transpose(r);
+    S::store_first(p, v, 0);
+    S::load_first(p, 0);
+  };
 
   static V act(KAct a, V v) {
     switch (a) {
@@ -327,12 +330,12 @@ struct K {
     // (row by row), or consecutive rows' where wp == w_out (flat, never with a bordered output).
     const OutLayout o = out_layout(s);
     float* out = y + int64_t(oc) * o.plane + o.origin + f0 / s.wp * o.row + f0 % s.wp;
-    store_planar<RV, RX>(s, acc, out, o.plane, oc, RX);
-    if (s.add_in1) add_act_runs(s, out, y + (s.in1 - s.out) + (out - y), o.plane, s.c_out - oc < RV * W ? s.c_out - oc : RV * W, RX);
+    store_planar<RV, RX>(s, acc, out, o.plane, oc, RX, s.add_in1 ? y + (s.in1 - s.out) + (out - y) : nullptr);
   }
 
-  // The fused add (KStep::add_in1) on the single-image path, over the sums just stored: per
-  // channel a run of `count` positions, y = y + r (one IEEE addition), then the activation.
+  // The fused add (KStep::add_in1) on the single-image path where the stores go through a buffer,
+  // over the sums just stored: per channel a run of `count` positions, y = y + r (one IEEE
+  // addition), then the activation.
   static void add_act_runs(const KStep& s, float* y, const float* r, int64_t plane, int channels, int count) {
     const int whole = count - count % W;
     for (int l = 0; l < channels; ++l, y += plane, r += plane) {
@@ -375,7 +378,10 @@ struct K {
   // buffer, channel by channel: position-major scalar stores touched RV * W lines per position,
   // which on 32x32 planes (4 KiB apart) all fall in one L1 set and evicted each other.
   template <int RV, int N>
-  static void store_planar(const KStep& s, V (&vals)[RV][N], float* out, int64_t plane, int oc, int count) {
+  // With `res` (the fused add's other value at the same offsets as `out`): each value is the sum
+  // plus res, then the activation (vals hold the sums).
+  static void store_planar(const KStep& s, V (&vals)[RV][N], float* out, int64_t plane, int oc, int count,
+                           const float* res = nullptr) {
     const int channels = s.c_out - oc < RV * W ? s.c_out - oc : RV * W;
     if constexpr (kVectorPlanarStore) {
       for (int v = 0; v < RV; ++v) {
@@ -385,15 +391,21 @@ struct K {
           for (int l = 0; l < W; ++l) r[l] = j0 + l < count ? vals[v][j0 + l < N ? j0 + l : 0] : S::zero();
           S::transpose(r);
           const int cnt = count - j0 < W ? count - j0 : W;
-          for (int l = 0; l < n; ++l) S::store_first(out + (int64_t(v) * W + l) * plane + j0, r[l], cnt);
+          for (int l = 0; l < n; ++l) {
+            const int64_t at = (int64_t(v) * W + l) * plane + j0;
+            // Added in registers: a load of values just written by masked stores would wait for them.
+            if (res) r[l] = act(s.act, S::add(r[l], S::load_first(res + at, cnt)));
+            S::store_first(out + at, r[l], cnt);
+          }
         }
       }
     } else {
       alignas(64) float t[N][RV * W];
       for (int j = 0; j < count; ++j)
         for (int v = 0; v < RV; ++v) S::store(&t[j][v * W], vals[v][j]);
-      for (int l = 0; l < channels; ++l, out += plane)
-        for (int k = 0; k < count; ++k) out[k] = t[k][l];
+      for (int l = 0; l < channels; ++l)
+        for (int k = 0; k < count; ++k) out[l * plane + k] = t[k][l];
+      if (res) add_act_runs(s, out, res, plane, channels, count);
     }
   }
 
