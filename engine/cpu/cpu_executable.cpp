@@ -301,29 +301,42 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
     ids.push_back(id);
     steps_.push_back(s);
   }
-  // A conv whose value only the next padded conv reads writes it zero-bordered, as that conv reads
-  // it (KStep::out_wp), instead of the reader copying it into the scratch: only where both
-  // kernels a step may run store through the bordered layout (the tile kernel and the
-  // single-image channel kernel; not the rows kernel nor the bounds-checked one).
+  // A conv whose value one padded conv reads (and otherwise only fused adds, KStep::add_in1)
+  // writes it zero-bordered, as that conv reads it (KStep::out_wp), instead of the reader copying
+  // it into the scratch: only where both kernels a step may run store through the bordered
+  // layout (the tile kernel and the single-image channel kernel; not the rows kernel nor the
+  // bounds-checked one).
   std::vector<int64_t> bordered_size(graph_.values.size(), 0);
   int bordered = 0;
   {
-    std::vector<int> readers(graph_.values.size(), 0), reader(graph_.values.size(), -1);
+    std::vector<std::vector<int>> readers(graph_.values.size());
     for (int i = 0; i < int(steps_.size()); ++i)
       for (int in : {ids[size_t(i)].in0, ids[size_t(i)].in1})
-        if (in >= 0) ++readers[size_t(in)], reader[size_t(in)] = i;
-    for (int id : graph_.outputs) readers[size_t(root(id))] += 2;  // never an output
+        if (in >= 0 && (readers[size_t(in)].empty() || readers[size_t(in)].back() != i)) readers[size_t(in)].push_back(i);
+    std::vector<bool> output(graph_.values.size(), false);
+    for (int id : graph_.outputs) output[size_t(root(id))] = true;
     for (size_t i = 0; i < steps_.size(); ++i) {
       KStep& p = steps_[i];
       const int v = ids[i].out;
-      if (p.op != KOp::Conv || !p.padded || !p.single_by_channel || p.add_in1 || ids[i].out_shift != 0 ||
-          readers[size_t(v)] != 1)
-        continue;
-      const int j = reader[size_t(v)];
-      KStep& c = steps_[size_t(j)];
-      if (c.op != KOp::Conv || !c.padded || ids[size_t(j)].in0 != v || (c.hp == c.h_in && c.wp == c.w_in)) continue;
+      if (p.op != KOp::Conv || !p.padded || !p.single_by_channel || ids[i].out_shift != 0 || output[size_t(v)]) continue;
+      int conv = -1;
+      bool ok = true;
+      for (int j : readers[size_t(v)]) {
+        const KStep& r = steps_[size_t(j)];
+        const bool as_in0 = ids[size_t(j)].in0 == v, as_in1 = ids[size_t(j)].in1 == v;
+        if (as_in1 && !(r.op == KOp::Conv && r.add_in1)) ok = false;
+        if (!as_in0) continue;
+        if (conv >= 0 || r.op != KOp::Conv || !r.padded || (r.hp == r.h_in && r.wp == r.w_in)) ok = false;
+        conv = j;
+      }
+      if (!ok || conv < 0) continue;
+      KStep& c = steps_[size_t(conv)];
       p.out_hp = c.hp, p.out_wp = c.wp, p.out_pt = c.pt, p.out_pl = c.pl;
       c.in_bordered = true;
+      for (int j : readers[size_t(v)]) {
+        KStep& r = steps_[size_t(j)];
+        if (ids[size_t(j)].in1 == v) r.in1_hp = c.hp, r.in1_wp = c.wp, r.in1_pt = c.pt, r.in1_pl = c.pl;
+      }
       bordered_size[size_t(v)] = int64_t(c.c_in) * c.hp * c.wp;
       ++bordered;
     }

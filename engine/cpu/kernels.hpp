@@ -96,6 +96,11 @@ struct K {
     const int64_t rows = s.pool2 ? s.h_out / 2 : s.h_out, cols = s.pool2 ? s.w_out / 2 : s.w_out;
     return {rows * cols, cols, 0};
   }
+  // Where the fused add's other value lives (KStep::add_in1), in floats per image.
+  static OutLayout in1_layout(const KStep& s) {
+    if (s.in1_wp > 0) return {s.in1_hp * s.in1_wp, s.in1_wp, int64_t(s.in1_pt) * s.in1_wp + s.in1_pl};
+    return {int64_t(s.h_out) * s.w_out, s.w_out, 0};
+  }
   // The zeros around a bordered output's values (L floats each): whole rows above and below, and
   // between two rows the right margin of one and the left margin of the next, one run each.
   static void zero_border(const KStep& s, float* y, int64_t L) {
@@ -148,8 +153,12 @@ struct K {
     for (int r = 0; r < RO; ++r)
       for (int j = 0; j < RX; ++j) {
         const int64_t at = ((int64_t(oc) + r) * o.plane + o.origin + int64_t(oy) * o.row + ox + j) * W;
-        // The fused add's other value (KStep::add_in1), at the same place in its own tile value.
-        const V v = s.add_in1 ? S::add(acc[r][j], S::load(y + (s.in1 - s.out) * W + at)) : acc[r][j];
+        V v = acc[r][j];
+        if (s.add_in1) {  // the fused add's other value, at the same position of its own layout
+          const OutLayout a = in1_layout(s);
+          const float* in1 = y + (s.in1 - s.out) * W;
+          v = S::add(v, S::load(in1 + ((int64_t(oc) + r) * a.plane + a.origin + int64_t(oy) * a.row + ox + j) * W));
+        }
         S::store(y + at, act(s.act, v));
       }
   }
@@ -329,16 +338,21 @@ struct K {
     // f0 = oy * wp + ox, and the block's positions are consecutive outputs: one output row's
     // (row by row), or consecutive rows' where wp == w_out (flat, never with a bordered output).
     const OutLayout o = out_layout(s);
-    float* out = y + int64_t(oc) * o.plane + o.origin + f0 / s.wp * o.row + f0 % s.wp;
-    store_planar<RV, RX>(s, acc, out, o.plane, oc, RX, s.add_in1 ? y + (s.in1 - s.out) + (out - y) : nullptr);
+    const int64_t oy = f0 / s.wp, ox = f0 % s.wp;
+    float* out = y + int64_t(oc) * o.plane + o.origin + oy * o.row + ox;
+    if (!s.add_in1) return store_planar<RV, RX>(s, acc, out, o.plane, oc, RX);
+    const OutLayout a = in1_layout(s);
+    const float* in1 = y + (s.in1 - s.out) + int64_t(oc) * a.plane + a.origin + oy * a.row + ox;
+    store_planar<RV, RX>(s, acc, out, o.plane, oc, RX, in1, a.plane);
   }
 
   // The fused add (KStep::add_in1) on the single-image path where the stores go through a buffer,
   // over the sums just stored: per channel a run of `count` positions, y = y + r (one IEEE
   // addition), then the activation.
-  static void add_act_runs(const KStep& s, float* y, const float* r, int64_t plane, int channels, int count) {
+  static void add_act_runs(const KStep& s, float* y, const float* r, int64_t plane, int64_t r_plane, int channels,
+                           int count) {
     const int whole = count - count % W;
-    for (int l = 0; l < channels; ++l, y += plane, r += plane) {
+    for (int l = 0; l < channels; ++l, y += plane, r += r_plane) {
       for (int k = 0; k < whole; k += W) S::store(y + k, act(s.act, S::add(S::load(y + k), S::load(r + k))));
       for (int k = whole; k < count; ++k) y[k] = y[k] + r[k];
       act_inplace(s.act, y + whole, count - whole);
@@ -377,11 +391,11 @@ struct K {
   // time, each channel's run one masked store (measured slower on AVX2). Otherwise through a
   // buffer, channel by channel: position-major scalar stores touched RV * W lines per position,
   // which on 32x32 planes (4 KiB apart) all fall in one L1 set and evicted each other.
+  // With `res` (the fused add's other value at out's first position, its channels r_plane apart):
+  // each value is the sum plus res, then the activation (vals hold the sums).
   template <int RV, int N>
-  // With `res` (the fused add's other value at the same offsets as `out`): each value is the sum
-  // plus res, then the activation (vals hold the sums).
   static void store_planar(const KStep& s, V (&vals)[RV][N], float* out, int64_t plane, int oc, int count,
-                           const float* res = nullptr) {
+                           const float* res = nullptr, int64_t r_plane = 0) {
     const int channels = s.c_out - oc < RV * W ? s.c_out - oc : RV * W;
     if constexpr (kVectorPlanarStore) {
       for (int v = 0; v < RV; ++v) {
@@ -392,10 +406,10 @@ struct K {
           S::transpose(r);
           const int cnt = count - j0 < W ? count - j0 : W;
           for (int l = 0; l < n; ++l) {
-            const int64_t at = (int64_t(v) * W + l) * plane + j0;
+            const int64_t ch = int64_t(v) * W + l;
             // Added in registers: a load of values just written by masked stores would wait for them.
-            if (res) r[l] = act(s.act, S::add(r[l], S::load_first(res + at, cnt)));
-            S::store_first(out + at, r[l], cnt);
+            if (res) r[l] = act(s.act, S::add(r[l], S::load_first(res + ch * r_plane + j0, cnt)));
+            S::store_first(out + ch * plane + j0, r[l], cnt);
           }
         }
       }
@@ -405,7 +419,7 @@ struct K {
         for (int v = 0; v < RV; ++v) S::store(&t[j][v * W], vals[v][j]);
       for (int l = 0; l < channels; ++l)
         for (int k = 0; k < count; ++k) out[l * plane + k] = t[k][l];
-      if (res) add_act_runs(s, out, res, plane, channels, count);
+      if (res) add_act_runs(s, out, res, plane, r_plane, channels, count);
     }
   }
 
@@ -425,7 +439,7 @@ struct K {
     // row was as fast or faster wherever columns were dropped, 32-wide rows included, and 8- and
     // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md). A fused pool goes row
     // by row, its windows' columns in pairs within a block.
-    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && !s.pool2 && s.out_wp == 0;
+    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && !s.pool2 && s.out_wp == 0 && s.in1_wp == 0;
     for (int oc = 0; oc < s.c_out; oc += 2 * W) {
       const int rv = s.c_out - oc > W ? 2 : 1;
       const int most = S::kAccumulators / rv;

@@ -48,10 +48,13 @@ struct KStep {
   int64_t out_hp = 0, out_wp = 0;
   int out_pt = 0, out_pl = 0;
   bool in_bordered = false;  // Conv: the input is in the arena already as the hp x wp planes
-  // Conv: an add fused into the store, y = act(conv + in1) per element (in1 a plain [c][h][w]
-  // value, computed before this step): one IEEE addition, then the activation, as the add step
-  // computes it, so the same bits. Never with pool2 or a bordered output.
+  // Conv: an add fused into the store, y = act(conv + in1) per element (in1 a [c][h][w] value
+  // computed before this step): one IEEE addition, then the activation, as the add step computes
+  // it, so the same bits. Never with pool2. in1 is plain, or zero-bordered for a conv that also
+  // reads it (planes of in1_hp x in1_wp, values from row in1_pt, column in1_pl; in1_wp = 0: plain).
   bool add_in1 = false;
+  int64_t in1_hp = 0, in1_wp = 0;
+  int in1_pt = 0, in1_pl = 0;
   // Conv, single-image path: vectorise over output channels rather than along output rows, when
   // that fills more lanes. weight_t: blocks of B = 2 x lanes output channels, [c_out_padded / B]
   // [c][p][q][B], zero past c_out.

@@ -176,17 +176,20 @@ TEST(CpuConvPaths, ConvWritesTheNextConvsBorderedInput) {
   auto plan = backend->compile(engine::plan_graph(chain), engine::CompileOptions{})->plan_summary();
   EXPECT_NE(plan.find("4 writing the next conv's zero-bordered input"), std::string::npos) << plan;
   check(chain, seed + 10, "chain of padded convs");
-  // b's value read by c and by an add: not bordered (a, the only other candidate, still is).
+  // a's value read by b and by a pool: plain. b's read by c and by the add fused into c: bordered,
+  // the add reading it at the bordered offsets.
   auto shared = ModelBuilder("conv_shared", {4, 10, 10})
                     .conv2d("a", "x", 4, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 12)
                     .conv2d("b", "a", 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 14)
                     .conv2d("c", "b", 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 16)
                     .add("s", "b", "c")
-                    .outputs({"s"})
+                    .pool("p", OpType::MaxPool, "a", window(2, 2, 2, 2))
+                    .outputs({"s", "p"})
                     .build();
   plan = backend->compile(engine::plan_graph(shared), engine::CompileOptions{})->plan_summary();
   EXPECT_NE(plan.find("1 writing the next conv's zero-bordered input"), std::string::npos) << plan;
-  check(shared, seed + 18, "conv read by a conv and an add");
+  EXPECT_NE(plan.find("1 adds fused"), std::string::npos) << plan;
+  check(shared, seed + 18, "conv read by a conv and an add, conv read by a conv and a pool");
 }
 
 // An add that is a conv's only reader, and a relu after it, fused into the conv's store
