@@ -60,6 +60,11 @@ void check(const std::shared_ptr<formats::Model>& model, uint32_t seed, const st
   }
 }
 
+// The plan summary of the model on the best kernel set (what it fused, which paths).
+std::string plan_of(const std::shared_ptr<formats::Model>& model) {
+  return engine::cpu::make_cpu_backend()->compile(engine::plan_graph(model), engine::CompileOptions{})->plan_summary();
+}
+
 TEST(CpuConvPaths, ChannelsByRowsFlatAndRowsAgree) {
   struct Case {
     int C, H, W, O;
@@ -137,9 +142,7 @@ TEST(CpuConvPaths, MaxPoolFusedIntoTheConv) {
     if (c.relu) b.unary("r", OpType::Relu, "c");
     auto model = b.pool("p", OpType::MaxPool, c.relu ? "r" : "c", window(2, 2, 2, 2)).outputs({"p"}).build();
     const std::string what = "conv+pool " + formats::shape_to_string(in) + " -> " + std::to_string(c.O);
-    auto backend = engine::cpu::make_cpu_backend();
-    engine::CompileOptions options;
-    const auto plan = backend->compile(engine::plan_graph(model), options)->plan_summary();
+    const auto plan = plan_of(model);
     EXPECT_NE(plan.find(", 1 max pools and"), std::string::npos) << what << ": " << plan;
     check(model, seed++, what);
   }
@@ -149,8 +152,7 @@ TEST(CpuConvPaths, MaxPoolFusedIntoTheConv) {
                    .pool("p", OpType::MaxPool, "c", window(2, 2, 2, 2))
                    .outputs({"p", "c"})
                    .build();
-  auto backend = engine::cpu::make_cpu_backend();
-  const auto plan = backend->compile(engine::plan_graph(model), engine::CompileOptions{})->plan_summary();
+  const auto plan = plan_of(model);
   EXPECT_NE(plan.find(", 0 max pools and"), std::string::npos) << plan;
   check(model, seed++, "conv read by a pool and as an output");
 }
@@ -172,8 +174,7 @@ TEST(CpuConvPaths, ConvWritesTheNextConvsBorderedInput) {
                    .conv2d("e", "d", 17, 33, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 8)
                    .outputs({"e"})
                    .build();
-  auto backend = engine::cpu::make_cpu_backend();
-  auto plan = backend->compile(engine::plan_graph(chain), engine::CompileOptions{})->plan_summary();
+  auto plan = plan_of(chain);
   EXPECT_NE(plan.find("4 writing the next conv's zero-bordered input"), std::string::npos) << plan;
   check(chain, seed + 10, "chain of padded convs");
   // a's value read by b and by a pool: plain. b's read by c and by the add fused into c: bordered,
@@ -186,7 +187,7 @@ TEST(CpuConvPaths, ConvWritesTheNextConvsBorderedInput) {
                     .pool("p", OpType::MaxPool, "a", window(2, 2, 2, 2))
                     .outputs({"s", "p"})
                     .build();
-  plan = backend->compile(engine::plan_graph(shared), engine::CompileOptions{})->plan_summary();
+  plan = plan_of(shared);
   EXPECT_NE(plan.find("1 writing the next conv's zero-bordered input"), std::string::npos) << plan;
   EXPECT_NE(plan.find("1 adds fused"), std::string::npos) << plan;
   check(shared, seed + 18, "conv read by a conv and an add, conv read by a conv and a pool");
@@ -216,8 +217,7 @@ TEST(CpuConvPaths, AddFusedIntoTheConv) {
                    .add("s3", "r2", "b3")
                    .outputs({"s3"})
                    .build();
-  auto backend = engine::cpu::make_cpu_backend();
-  const auto plan = backend->compile(engine::plan_graph(model), engine::CompileOptions{})->plan_summary();
+  const auto plan = plan_of(model);
   EXPECT_NE(plan.find("3 adds fused"), std::string::npos) << plan;
   check(model, seed + 14, "residual blocks");
   for (auto schedule : {engine::cpu::CpuOptions::Schedule::Tiles, engine::cpu::CpuOptions::Schedule::Images}) {
