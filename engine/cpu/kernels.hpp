@@ -101,25 +101,28 @@ struct K {
     if (s.in1_wp > 0) return {s.in1_hp * s.in1_wp, s.in1_wp, int64_t(s.in1_pt) * s.in1_wp + s.in1_pl};
     return {int64_t(s.h_out) * s.w_out, s.w_out, 0};
   }
-  // The zeros around a bordered output's values (L floats each): whole rows above and below, and
-  // between two rows the right margin of one and the left margin of the next, one run each.
+  // The zeros around a bordered output's values (L floats each), before the conv writes them:
+  // from the end of a plane's values to the next plane's first value one run; between two value
+  // rows the right and left margins, stored a vector at a time even where that runs over the next
+  // row's first values (the conv writes them afterwards): GCC turns a plain loop into a memset
+  // call per gap, which cost more than zeroing whole planes (docs/design/cpu-backend.md).
   static void zero_border(const KStep& s, float* y, int64_t L) {
     if (s.out_wp == 0) return;
     const int64_t rows = s.pool2 ? s.h_out / 2 : s.h_out, cols = s.pool2 ? s.w_out / 2 : s.w_out;
-    const int64_t top = s.out_pt * s.out_wp * L, bottom = (s.out_hp - s.out_pt - rows) * s.out_wp * L;
-    const int64_t gap = (s.out_wp - cols) * L;
+    const int64_t row = s.out_wp * L, plane = s.out_hp * row, gap = (s.out_wp - cols) * L;
+    const int64_t first = (s.out_pt * s.out_wp + s.out_pl) * L;  // a plane's first value
+    const int64_t end = first + (rows - 1) * row + cols * L;      // one past its last value
+    std::memset(y, 0, size_t(first) * sizeof(float));
     for (int64_t c = 0; c < s.c_out; ++c) {
-      float* p = y + c * s.out_hp * s.out_wp * L;
-      for (int64_t i = 0; i < top; ++i) p[i] = 0.0f;
-      // From the left margin of the first value row to the right margin of the last.
-      float* m = p + top;
-      for (int64_t i = 0; i < s.out_pl * L; ++i) m[i] = 0.0f;
-      m += (s.out_pl + cols) * L;
-      for (int64_t r = 0; r + 1 < rows; ++r, m += s.out_wp * L)
-        for (int64_t i = 0; i < gap; ++i) m[i] = 0.0f;
-      for (int64_t i = 0; i < (s.out_wp - s.out_pl - cols) * L; ++i) m[i] = 0.0f;
-      float* b = p + top + rows * s.out_wp * L;
-      for (int64_t i = 0; i < bottom; ++i) b[i] = 0.0f;
+      float* p = y + c * plane;
+      for (int64_t r = 0; r + 1 < rows; ++r) {
+        float* g = p + first + r * row + cols * L;
+        int64_t i = 0;
+        for (; i < gap && g + i + W <= p + plane; i += W) S::store(g + i, S::zero());
+        for (; i < gap; ++i) g[i] = 0.0f;
+      }
+      const int64_t to = c + 1 < s.c_out ? plane + first : plane;
+      std::memset(p + end, 0, size_t(to - end) * sizeof(float));
     }
   }
 
