@@ -81,6 +81,55 @@ int64_t place(std::vector<Life>& lives) {
 
 void CpuExecutable::FreeDeleter::operator()(float* p) const { std::free(p); }
 
+bool CpuExecutable::fuse_add(KStep& s, int node, int& out_value, int& in1, std::vector<bool>& fused) const {
+  if (!s.padded || s.act != KAct::None) return false;
+  const Value& v = graph_.values[size_t(out_value)];
+  if (v.is_output || v.consumers.size() != 1) return false;
+  const int next = v.consumers[0];
+  const PlannedNode& add = graph_.nodes[size_t(next)];
+  if (fused[size_t(next)] || add.node->op != OpType::Add || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1])
+    return false;
+  // The other value must exist when the conv runs: the graph input or a node before it.
+  const int other = add.inputs[0] == out_value ? add.inputs[1] : add.inputs[0];
+  if (graph_.values[size_t(other)].producer >= node) return false;
+  s.add_in1 = true;
+  in1 = graph_.storage_root(other);
+  out_value = add.output;
+  fused[size_t(next)] = true;
+  // And an activation that is the add's only reader.
+  const Value& sum = graph_.values[size_t(out_value)];
+  if (!sum.is_output && sum.consumers.size() == 1) {
+    const PlannedNode& a = graph_.nodes[size_t(sum.consumers[0])];
+    if (act_of(a.node->op) != KAct::None && a.inputs.size() == 1 && !fused[size_t(sum.consumers[0])]) {
+      s.act = act_of(a.node->op);
+      out_value = a.output;
+      fused[size_t(sum.consumers[0])] = true;
+    }
+  }
+  return true;
+}
+
+bool CpuExecutable::fuse_pool2(KStep& s, int& out_value, std::vector<bool>& fused) const {
+  // The conv's value (after its fused activation) read only by the node that follows it.
+  const Value& v = graph_.values[size_t(out_value)];
+  if (v.is_output || v.consumers.size() != 1) return false;
+  const int next = v.consumers[0];
+  const PlannedNode& pool = graph_.nodes[size_t(next)];
+  if (next <= 0 || fused[size_t(next)] || pool.node->op != OpType::MaxPool || pool.inputs.size() != 1) return false;
+  const formats::Window2D& w = pool.node->window;
+  if (w.kernel_h != 2 || w.kernel_w != 2 || w.stride_h != 2 || w.stride_w != 2 || w.pad_top != 0 ||
+      w.pad_bottom != 0 || w.pad_left != 0 || w.pad_right != 0)
+    return false;
+  const Chw o = chw_of(graph_.values[size_t(pool.output)].shape, pool.node->name);
+  if (o.c != s.c_out || o.h != s.h_out / 2 || o.w != s.w_out / 2 || o.h < 1 || o.w < 1) return false;
+  s.pool2 = true;
+  s.h_out = 2 * o.h;
+  s.w_out = 2 * o.w;
+  out_value = pool.output;
+  fused[size_t(next)] = true;
+  return true;
+}
+
 CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels,
                              CpuOptions::Schedule schedule)
     : graph_(graph), kernels_(kernels), max_batch_(options.max_batch) {
@@ -107,7 +156,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   };
   std::vector<Ids> ids;
   auto root = [&](int id) { return graph_.storage_root(id); };
-  int fused_count = 0, by_channel = 0;
+  int fused_count = 0, by_channel = 0, pools_fused = 0, adds_fused = 0;
   int64_t scratch_floats = 0;
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     const PlannedNode& planned = graph_.nodes[n];
@@ -240,9 +289,57 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
         }
       }
     }
+    if (s.op == KOp::Conv && s.single_by_channel && fuse_add(s, int(n), out_value, id.in1, fused)) {
+      ++adds_fused;
+    } else if (s.op == KOp::Conv && s.single_by_channel && fuse_pool2(s, out_value, fused)) {
+      ++pools_fused;
+      // The single-image path's row of window maxima goes after the padded input copy
+      // (kernels.hpp, pool_row): 2 x lanes channels per pooled column.
+      scratch_floats = std::max(scratch_floats, round_up(int64_t(s.c_in) * s.hp * s.wp, 16) + s.w_out / 2 * 2 * lanes);
+    }
     id.out = root(out_value);
     ids.push_back(id);
     steps_.push_back(s);
+  }
+  // A conv whose value one padded conv reads (and otherwise only fused adds, KStep::add_in1)
+  // writes it zero-bordered, as that conv reads it (KStep::out_wp), instead of the reader copying
+  // it into the scratch: only where both kernels a step may run store through the bordered
+  // layout (the tile kernel and the single-image channel kernel; not the rows kernel nor the
+  // bounds-checked one).
+  std::vector<int64_t> bordered_size(graph_.values.size(), 0);
+  int bordered = 0;
+  {
+    std::vector<std::vector<int>> readers(graph_.values.size());
+    for (int i = 0; i < int(steps_.size()); ++i)
+      for (int in : {ids[size_t(i)].in0, ids[size_t(i)].in1})
+        if (in >= 0 && (readers[size_t(in)].empty() || readers[size_t(in)].back() != i)) readers[size_t(in)].push_back(i);
+    std::vector<bool> output(graph_.values.size(), false);
+    for (int id : graph_.outputs) output[size_t(root(id))] = true;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      KStep& p = steps_[i];
+      const int v = ids[i].out;
+      if (p.op != KOp::Conv || !p.padded || !p.single_by_channel || ids[i].out_shift != 0 || output[size_t(v)]) continue;
+      int conv = -1;
+      bool ok = true;
+      for (int j : readers[size_t(v)]) {
+        const KStep& r = steps_[size_t(j)];
+        const bool as_in0 = ids[size_t(j)].in0 == v, as_in1 = ids[size_t(j)].in1 == v;
+        if (as_in1 && !(r.op == KOp::Conv && r.add_in1)) ok = false;
+        if (!as_in0) continue;
+        if (conv >= 0 || r.op != KOp::Conv || !r.padded || (r.hp == r.h_in && r.wp == r.w_in)) ok = false;
+        conv = j;
+      }
+      if (!ok || conv < 0) continue;
+      KStep& c = steps_[size_t(conv)];
+      p.out_hp = c.hp, p.out_wp = c.wp, p.out_pt = c.pt, p.out_pl = c.pl;
+      c.in_bordered = true;
+      for (int j : readers[size_t(v)]) {
+        KStep& r = steps_[size_t(j)];
+        if (ids[size_t(j)].in1 == v) r.in1_hp = c.hp, r.in1_wp = c.wp, r.in1_pt = c.pt, r.in1_pl = c.pl;
+      }
+      bordered_size[size_t(v)] = int64_t(c.c_in) * c.hp * c.wp;
+      ++bordered;
+    }
   }
   // The steps' own arena layout (see place()).
   std::vector<Life> lives(graph_.values.size());
@@ -255,7 +352,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   for (int i = 0; i < end; ++i) {
     const int id = ids[size_t(i)].out;
     Life& out = lives[size_t(id)];
-    out.size = graph_.values[size_t(id)].elements;
+    out.size = bordered_size[size_t(id)] > 0 ? bordered_size[size_t(id)] : graph_.values[size_t(id)].elements;
     if (!written[size_t(id)]) out.first = i;
     written[size_t(id)] = true;
     out.last = i;
@@ -282,12 +379,24 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   // images, as many of their inputs as fit in half of L2, so each weight is read from memory once
   // per group. Auto picks it where a tile's largest zero-bordered conv input (the tile path's copy,
   // lanes images wide) exceeds L2: the tile kernel then streams its input from beyond L2 while one
-  // image's stays in it. On the zoo's models that split matched the measured winner at batches 64
-  // and 1,024 (docs/design/cpu-backend.md): images on cifar-vgg, vgg-mnist and resnet20, tiles on
-  // keras-cnn ('valid' convs: no copy), conv-bn-relu and concat-branches.
+  // image's stays in it. And where the single-image path runs every conv at its best, at least
+  // two vectors of channels (2 x lanes) per block and vector stores, and the tile path copies a
+  // padded input lanes images wide. On the zoo's models that split matched the measured winner at
+  // batches 64 and 1,024 (docs/design/cpu-backend.md): images on cifar-vgg, vgg-mnist, resnet20
+  // and (AVX-512) conv-bn-relu; tiles on keras-cnn ('valid' convs: no copy), concat-branches
+  // (16- and 24-channel layers) and conv-bn-relu with AVX2 (stores through a buffer).
   const int64_t l2 = host_l2_cache_bytes();
   const bool tile_input_beyond_l2 = scratch_floats * int64_t(sizeof(float)) > l2;
-  images_ = schedule == CpuOptions::Schedule::Images || (schedule == CpuOptions::Schedule::Auto && tile_input_beyond_l2);
+  bool convs = false, all_wide = true, any_copy = false;
+  for (const KStep& s : steps_) {
+    if (s.op != KOp::Conv) continue;
+    convs = true;
+    all_wide = all_wide && s.single_by_channel && s.c_out >= 2 * lanes;
+    any_copy = any_copy || (s.padded && (s.hp != s.h_in || s.wp != s.w_in));
+  }
+  const bool channels_win = kernels_.vector_planar_store && convs && all_wide && any_copy;
+  images_ = schedule == CpuOptions::Schedule::Images ||
+            (schedule == CpuOptions::Schedule::Auto && (tile_input_beyond_l2 || channels_win));
   int64_t dense_k = 0;
   for (const KStep& s : steps_)
     if (s.op == KOp::Dense) dense_k = std::max(dense_k, s.elements);
@@ -332,16 +441,17 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   const std::string schedule_text =
       images_ ? fmt::format("one image at a time, dense layers for groups of up to {} images ({} KiB L2{})", group_,
                             l2 / 1024,
-                            schedule == CpuOptions::Schedule::Auto
+                            schedule != CpuOptions::Schedule::Auto ? ""
+                            : tile_input_beyond_l2
                                 ? fmt::format("; a tile's largest padded conv input, {} KiB, exceeds it",
                                               scratch_floats * int64_t(sizeof(float)) / 1024)
-                                : "")
+                                : "; every conv across two or more vectors of channels")
               : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
-      "cpu: {} kernels, {}, {} steps from {} nodes ({} activations fused, {} convs across channels on single "
-      "images), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
+      "cpu: {} kernels, {}, {} steps from {} nodes ({} activations, {} max pools and {} adds fused, {} convs across "
+      "channels on single images, {} writing the next conv's zero-bordered input), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
       "count and batch split{}",
-      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, by_channel, threads_,
+      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, adds_fused, by_channel, bordered, threads_,
       double(per_thread) * sizeof(float) / 1024, max_batch_,
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }

@@ -55,6 +55,14 @@ class CpuExecutable : public Executable, public StagedExecution {
   void run_images(const void* input, int first, int count, std::span<float* const> outputs,
                   const ThreadBuffers& b) const;
   void load_input(const void* input, int s, float* x) const;
+  // Fuses a 2x2 stride-2 unpadded max pool that is the only reader of conv step s's value
+  // (`out_value`, after its activation) into the conv (KStep::pool2): s and out_value then describe
+  // the pooled output and the pool node is marked in `fused`. False, nothing changed, otherwise.
+  bool fuse_pool2(KStep& s, int& out_value, std::vector<bool>& fused) const;
+  // Fuses the add that is the only reader of conv step s's value (node `node`, no activation of its
+  // own), and an activation that is the add's only reader, into the conv (KStep::add_in1), where
+  // the add's other value exists before the conv runs: `in1` becomes that value.
+  bool fuse_add(KStep& s, int node, int& out_value, int& in1, std::vector<bool>& fused) const;
 
   Graph graph_;
   const KernelSet& kernels_;

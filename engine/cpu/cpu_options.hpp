@@ -20,8 +20,10 @@ struct CpuOptions {
   // How a batch goes through the network (same bits either way, kernels.hpp). Tiles: lanes images
   // side by side, one per SIMD lane. Images: one image at a time, channels across the lanes, dense
   // layers for groups of images at once (a working set of one image rather than a tile's). Auto:
-  // Images where a tile's largest zero-bordered conv input exceeds the L2 cache, else Tiles (the
-  // faster of the two on each model measured, docs/design/cpu-backend.md); plan_summary() says which.
+  // Images where a tile's largest zero-bordered conv input exceeds the L2 cache, or where every
+  // conv runs across two or more vectors of channels with vector stores and the tile path copies
+  // a padded input; else Tiles (the faster of the two on each model measured,
+  // docs/design/cpu-backend.md); plan_summary() says which.
   enum class Schedule { Auto, Tiles, Images };
   Schedule schedule = Schedule::Auto;
 };

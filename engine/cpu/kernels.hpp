@@ -28,6 +28,12 @@ struct K {
   using V = typename S::V;
   static constexpr int W = S::W;
   using M = VMath<S>;
+  // Where the set transposes in registers and has masked partial stores and loads (store_planar).
+  static constexpr bool kVectorPlanarStore = requires(V (&r)[W], float* p, V v) {
+    S::transpose(r);
+    S::store_first(p, v, 0);
+    S::load_first(p, 0);
+  };
 
   static V act(KAct a, V v) {
     switch (a) {
@@ -79,6 +85,47 @@ struct K {
 
   static bool no_padding(const KStep& s) { return s.hp == s.h_in && s.wp == s.w_in; }
 
+  // Where a conv's output value (pooled, if a pool is fused) lives: channel planes `plane` floats
+  // apart, rows `row` apart, the first value at `origin` (KStep::out_wp: zero-bordered for the
+  // next conv), in floats per image.
+  struct OutLayout {
+    int64_t plane, row, origin;
+  };
+  static OutLayout out_layout(const KStep& s) {
+    if (s.out_wp > 0) return {s.out_hp * s.out_wp, s.out_wp, int64_t(s.out_pt) * s.out_wp + s.out_pl};
+    const int64_t rows = s.pool2 ? s.h_out / 2 : s.h_out, cols = s.pool2 ? s.w_out / 2 : s.w_out;
+    return {rows * cols, cols, 0};
+  }
+  // Where the fused add's other value lives (KStep::add_in1), in floats per image.
+  static OutLayout in1_layout(const KStep& s) {
+    if (s.in1_wp > 0) return {s.in1_hp * s.in1_wp, s.in1_wp, int64_t(s.in1_pt) * s.in1_wp + s.in1_pl};
+    return {int64_t(s.h_out) * s.w_out, s.w_out, 0};
+  }
+  // The zeros around a bordered output's values (L floats each), before the conv writes them:
+  // from the end of a plane's values to the next plane's first value one run; between two value
+  // rows the right and left margins, stored a vector at a time even where that runs over the next
+  // row's first values (the conv writes them afterwards): GCC turns a plain loop into a memset
+  // call per gap, which cost more than zeroing whole planes (docs/design/cpu-backend.md).
+  static void zero_border(const KStep& s, float* y, int64_t L) {
+    if (s.out_wp == 0) return;
+    const int64_t rows = s.pool2 ? s.h_out / 2 : s.h_out, cols = s.pool2 ? s.w_out / 2 : s.w_out;
+    const int64_t row = s.out_wp * L, plane = s.out_hp * row, gap = (s.out_wp - cols) * L;
+    const int64_t first = (s.out_pt * s.out_wp + s.out_pl) * L;  // a plane's first value
+    const int64_t end = first + (rows - 1) * row + cols * L;      // one past its last value
+    std::memset(y, 0, size_t(first) * sizeof(float));
+    for (int64_t c = 0; c < s.c_out; ++c) {
+      float* p = y + c * plane;
+      for (int64_t r = 0; r + 1 < rows; ++r) {
+        float* g = p + first + r * row + cols * L;
+        int64_t i = 0;
+        for (; i < gap && g + i + W <= p + plane; i += W) S::store(g + i, S::zero());
+        for (; i < gap; ++i) g[i] = 0.0f;
+      }
+      const int64_t to = c + 1 < s.c_out ? plane + first : plane;
+      std::memset(p + end, 0, size_t(to - end) * sizeof(float));
+    }
+  }
+
   // Tile path: RO output channels x RX output positions of one output row, W images per vector.
   template <int RO, int RX>
   static void conv_tile_block(const KStep& s, const float* xp, float* y, int oc, int oy, int ox) {
@@ -104,9 +151,36 @@ struct K {
         }
       }
     }
+    if (s.pool2) return pool2_tile<RO, RX>(s, acc, y, oc, oy, ox);
+    const OutLayout o = out_layout(s);
     for (int r = 0; r < RO; ++r)
-      for (int j = 0; j < RX; ++j)
-        S::store(y + (((int64_t(oc) + r) * s.h_out + oy) * s.w_out + ox + j) * W, act(s.act, acc[r][j]));
+      for (int j = 0; j < RX; ++j) {
+        const int64_t at = ((int64_t(oc) + r) * o.plane + o.origin + int64_t(oy) * o.row + ox + j) * W;
+        V v = acc[r][j];
+        if (s.add_in1) {  // the fused add's other value, at the same position of its own layout
+          const OutLayout a = in1_layout(s);
+          const float* in1 = y + (s.in1 - s.out) * W;
+          v = S::add(v, S::load(in1 + ((int64_t(oc) + r) * a.plane + a.origin + int64_t(oy) * a.row + ox + j) * W));
+        }
+        S::store(y + at, act(s.act, v));
+      }
+  }
+
+  // The fused 2x2/2 max pool (KStep::pool2) on the tile path: positions (ox + 2k, ox + 2k + 1) are
+  // one window's columns. An even row starts each window's maximum from -inf and leaves it in the
+  // pooled output; the odd row below folds its two values in: max(x, m) in (p, q) order, as
+  // pool_tile does it.
+  template <int RO, int RX>
+  static void pool2_tile(const KStep& s, V (&acc)[RO][RX], float* y, int oc, int oy, int ox) {
+    const OutLayout o = out_layout(s);
+    for (int r = 0; r < RO; ++r)
+      for (int k = 0; k < RX / 2; ++k) {
+        float* p = y + ((int64_t(oc) + r) * o.plane + o.origin + int64_t(oy / 2) * o.row + ox / 2 + k) * W;
+        V m = oy % 2 == 0 ? S::set1(-__builtin_inff()) : S::load(p);
+        m = S::max(act(s.act, acc[r][2 * k]), m);
+        m = S::max(act(s.act, acc[r][2 * k + 1]), m);
+        S::store(p, m);
+      }
   }
 
   // Register blocks: RO output channels x RX positions, RO * RX <= S::kAccumulators, RO, RX <= 6.
@@ -147,16 +221,19 @@ struct K {
     float* y = arena + s.out * W;
     if (!s.padded) return conv_generic(s, x, y, W);
     const float* xp = x;
-    if (!no_padding(s)) {
+    if (!no_padding(s) && !s.in_bordered) {
       pad_input(s, x, scratch, W);
       xp = scratch;
     }
+    zero_border(s, y, W);
     const int block = channel_block(s.c_out);
+    // Rows in order: with a fused pool, an even row's window maxima are in the output before the
+    // odd row below reads them.
     for (int oy = 0; oy < s.h_out; ++oy) {
       for (int oc = 0; oc < s.c_out; oc += block) {
         const int ro = s.c_out - oc < block ? s.c_out - oc : block;
         const int most = S::kAccumulators / ro < kMaxBlock ? S::kAccumulators / ro : kMaxBlock;
-        chunks(s.w_out, most, [&](int ox, int rx) {
+        auto run = [&](int ox, int rx) {
           switch (ro) {
             case 1: conv_tile_ro<1>(s, xp, y, oc, oy, ox, rx); break;
             case 2: conv_tile_ro<2>(s, xp, y, oc, oy, ox, rx); break;
@@ -165,7 +242,12 @@ struct K {
             case 5: conv_tile_ro<5>(s, xp, y, oc, oy, ox, rx); break;
             default: conv_tile_ro<6>(s, xp, y, oc, oy, ox, rx); break;
           }
-        });
+        };
+        // A fused pool's windows never straddle two blocks: whole pairs of columns (most >= 2).
+        if (s.pool2)
+          chunks(s.w_out / 2, most / 2, [&](int k, int n) { run(2 * k, 2 * n); });
+        else
+          chunks(s.w_out, most, run);
       }
     }
   }
@@ -225,10 +307,10 @@ struct K {
   // Positions: RX consecutive positions of one output row, or, where the padded-width grid has no
   // column past w_out (1-wide kernels at stride 1), a run of RX consecutive "columns" of the grid
   // (f = oy * wp + ox) across rows, whose inputs are RX consecutive floats from tap offset + f.
-  // (The code would also drop such columns, but computing them never paid: see
-  // conv_single_by_channel.)
+  // Either way the block's positions are consecutive outputs. `row`: the fused pool's buffer
+  // (pool2_single), unused otherwise.
   template <int RV, int RX>
-  static void conv_oc_block(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep) {
+  static void conv_oc_block(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep, float* row) {
     V acc[RV][RX];
     for (int v = 0; v < RV; ++v) {
       const int n = s.c_out - oc - v * W;
@@ -252,71 +334,115 @@ struct K {
         for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
       }
     }
-    // Where the set has a masked partial store (AVX-512): the transposed store measured slower on AVX2.
-    if constexpr (requires(V (&r)[W], float* p, V v) { S::transpose(r); S::store_first(p, v, 0); }) {
-      if (store_transposed<RV, RX>(s, acc, y, oc, f0)) return;
-    }
-    // To the planar [c][h][w] output channel by channel: each channel's positions of the block are
-    // consecutive floats (the flat grid's dropped columns are exactly the gaps between output rows),
-    // so each output line is written once, in order. Position-major stores touched RV * W lines per
-    // position, which on 32x32 planes (4 KiB apart) all fall in one L1 set and evicted each other.
-    alignas(64) float t[RX][RV * W];
-    int js[RX];
-    int m = 0;
-    // f0 + j = oy * wp + ox (w_out <= wp); columns past w_out only come from the flat grid. The
-    // column is stepped, not divided per position: 64-bit divisions cost a fifth of a 16-channel
-    // block's epilogue.
-    int64_t col = f0 % s.wp;
-    for (int j = 0; j < RX; ++j) {
-      if (col < s.w_out) js[m++] = j;
-      if (++col == s.wp) col = 0;
-      for (int v = 0; v < RV; ++v) S::store(&t[j][v * W], act(s.act, acc[v][j]));
-    }
-    if (m == 0) return;
-    const int64_t first = f0 + js[0];
-    const int64_t plane = int64_t(s.h_out) * s.w_out;
-    float* out = y + int64_t(oc) * plane + first / s.wp * s.w_out + first % s.wp;
-    const int n = s.c_out - oc < RV * W ? s.c_out - oc : RV * W;
-    for (int l = 0; l < n; ++l, out += plane)
-      for (int k = 0; k < m; ++k) out[k] = t[js[k]][l];
+    if (!s.add_in1)
+      for (int v = 0; v < RV; ++v)
+        for (int j = 0; j < RX; ++j) acc[v][j] = act(s.act, acc[v][j]);
+    if (s.pool2) return pool2_single<RV, RX>(s, acc, y, oc, f0, row);
+    // f0 = oy * wp + ox, and the block's positions are consecutive outputs: one output row's
+    // (row by row), or consecutive rows' where wp == w_out (flat, never with a bordered output).
+    const OutLayout o = out_layout(s);
+    const int64_t oy = f0 / s.wp, ox = f0 % s.wp;
+    float* out = y + int64_t(oc) * o.plane + o.origin + oy * o.row + ox;
+    if (!s.add_in1) return store_planar<RV, RX>(s, acc, out, o.plane, oc, RX);
+    const OutLayout a = in1_layout(s);
+    const float* in1 = y + (s.in1 - s.out) + int64_t(oc) * a.plane + a.origin + oy * a.row + ox;
+    store_planar<RV, RX>(s, acc, out, o.plane, oc, RX, in1, a.plane);
   }
 
-  // conv_oc_block's store where the instruction set transposes in registers: W positions x W
-  // channels at a time, each channel's run of positions one masked store. Only where every
-  // position of the block is an output (false otherwise: the caller stores through a buffer).
-  template <int RV, int RX>
-  static bool store_transposed(const KStep& s, V (&acc)[RV][RX], float* y, int oc, int64_t f0) {
-    if (s.wp != s.w_out && f0 % s.wp + RX > s.w_out) return false;  // (wp == w_out: no gaps)
-    const int64_t plane = int64_t(s.h_out) * s.w_out;
-    float* out = y + int64_t(oc) * plane + f0 / s.wp * s.w_out + f0 % s.wp;
-    for (int v = 0; v < RV; ++v) {
-      const int n = s.c_out - oc - v * W < W ? s.c_out - oc - v * W : W;
-      for (int j0 = 0; j0 < RX; j0 += W) {
-        V r[W];
-        for (int l = 0; l < W; ++l) r[l] = j0 + l < RX ? act(s.act, acc[v][j0 + l < RX ? j0 + l : 0]) : S::zero();
-        S::transpose(r);
-        const int cnt = RX - j0 < W ? RX - j0 : W;
-        for (int l = 0; l < n; ++l) S::store_first(out + (int64_t(v) * W + l) * plane + j0, r[l], cnt);
-      }
+  // The fused add (KStep::add_in1) on the single-image path where the stores go through a buffer,
+  // over the sums just stored: per channel a run of `count` positions, y = y + r (one IEEE
+  // addition), then the activation.
+  static void add_act_runs(const KStep& s, float* y, const float* r, int64_t plane, int64_t r_plane, int channels,
+                           int count) {
+    const int whole = count - count % W;
+    for (int l = 0; l < channels; ++l, y += plane, r += r_plane) {
+      for (int k = 0; k < whole; k += W) S::store(y + k, act(s.act, S::add(S::load(y + k), S::load(r + k))));
+      for (int k = whole; k < count; ++k) y[k] = y[k] + r[k];
+      act_inplace(s.act, y + whole, count - whole);
     }
-    return true;
+  }
+
+  // The fused 2x2/2 max pool (KStep::pool2) on the single-image path: positions (2k, 2k + 1) of the
+  // block are one window's columns. An even row leaves each window's maximum so far in `row`
+  // ([pw][2 W]: this channel block's, channels across the lanes); the odd row below folds its two
+  // values in and stores the pooled values. max(x, m) in (p, q) order from -inf, as pool_single.
+  template <int RV, int RX>
+  static void pool2_single(const KStep& s, V (&acc)[RV][RX], float* y, int oc, int64_t f0, float* row) {
+    constexpr int P = RX / 2 > 0 ? RX / 2 : 1;
+    const int64_t oy = f0 / s.wp, ox = f0 % s.wp;
+    const bool even = oy % 2 == 0;
+    V m[RV][P];
+    for (int v = 0; v < RV; ++v)
+      for (int k = 0; k < RX / 2; ++k) {
+        float* b = row + (ox / 2 + k) * 2 * W + v * W;
+        V a = even ? S::set1(-__builtin_inff()) : S::load(b);
+        a = S::max(acc[v][2 * k], a);
+        a = S::max(acc[v][2 * k + 1], a);
+        if (even)
+          S::store(b, a);
+        else
+          m[v][k] = a;
+      }
+    if (even) return;
+    const OutLayout o = out_layout(s);
+    store_planar<RV, P>(s, m, y + int64_t(oc) * o.plane + o.origin + oy / 2 * o.row + ox / 2, o.plane, oc, RX / 2);
+  }
+
+  // Stores `count` consecutive output positions of RV vectors of channels (from oc) to the planar
+  // [c][h][w] output, `out` at channel oc's first one: each channel's positions as one run. Where
+  // the set transposes in registers and has a masked store (AVX-512): W positions x W channels at a
+  // time, each channel's run one masked store (measured slower on AVX2). Otherwise through a
+  // buffer, channel by channel: position-major scalar stores touched RV * W lines per position,
+  // which on 32x32 planes (4 KiB apart) all fall in one L1 set and evicted each other.
+  // With `res` (the fused add's other value at out's first position, its channels r_plane apart):
+  // each value is the sum plus res, then the activation (vals hold the sums).
+  template <int RV, int N>
+  static void store_planar(const KStep& s, V (&vals)[RV][N], float* out, int64_t plane, int oc, int count,
+                           const float* res = nullptr, int64_t r_plane = 0) {
+    const int channels = s.c_out - oc < RV * W ? s.c_out - oc : RV * W;
+    if constexpr (kVectorPlanarStore) {
+      for (int v = 0; v < RV; ++v) {
+        const int n = channels - v * W < W ? channels - v * W : W;
+        for (int j0 = 0; j0 < count; j0 += W) {
+          V r[W];
+          for (int l = 0; l < W; ++l) r[l] = j0 + l < count ? vals[v][j0 + l < N ? j0 + l : 0] : S::zero();
+          S::transpose(r);
+          const int cnt = count - j0 < W ? count - j0 : W;
+          for (int l = 0; l < n; ++l) {
+            const int64_t ch = int64_t(v) * W + l;
+            // Added in registers: a load of values just written by masked stores would wait for them.
+            if (res) r[l] = act(s.act, S::add(r[l], S::load_first(res + ch * r_plane + j0, cnt)));
+            S::store_first(out + ch * plane + j0, r[l], cnt);
+          }
+        }
+      }
+    } else {
+      alignas(64) float t[N][RV * W];
+      for (int j = 0; j < count; ++j)
+        for (int v = 0; v < RV; ++v) S::store(&t[j][v * W], vals[v][j]);
+      for (int l = 0; l < channels; ++l)
+        for (int k = 0; k < count; ++k) out[l * plane + k] = t[k][l];
+      if (res) add_act_runs(s, out, res, plane, r_plane, channels, count);
+    }
   }
 
   // Register blocks: RV * RX accumulators (all of kAccumulators), RX <= kMaxOcPositions.
   static constexpr int kMaxOcPositions = S::kAccumulators;
   template <int RV, int RX = 1>
-  static void conv_oc_rx(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep, int rx) {
+  static void conv_oc_rx(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep, int rx,
+                         float* row) {
     if constexpr (RX < kMaxOcPositions && RV * RX < S::kAccumulators) {
-      if (rx > RX) return conv_oc_rx<RV, RX + 1>(s, x0, y, oc, f0, xstep, rx);
+      if (rx > RX) return conv_oc_rx<RV, RX + 1>(s, x0, y, oc, f0, xstep, rx, row);
     }
-    conv_oc_block<RV, RX>(s, x0, y, oc, f0, xstep);
+    conv_oc_block<RV, RX>(s, x0, y, oc, f0, xstep, row);
   }
 
-  static void conv_single_by_channel(const KStep& s, const float* xp, float* y) {
+  static void conv_single_by_channel(const KStep& s, const float* xp, float* y, float* row) {
     // Flat only where the grid drops no column (1-wide kernels, unpadded full-width rows): row by
     // row was as fast or faster wherever columns were dropped, 32-wide rows included, and 8- and
-    // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md).
-    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out;
+    // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md). A fused pool goes row
+    // by row, its windows' columns in pairs within a block.
+    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && !s.pool2 && s.out_wp == 0 && s.in1_wp == 0;
     for (int oc = 0; oc < s.c_out; oc += 2 * W) {
       const int rv = s.c_out - oc > W ? 2 : 1;
       const int most = S::kAccumulators / rv;
@@ -326,22 +452,33 @@ struct K {
         for (int64_t f = 0; f < end; f += most) {
           const int rx = end - f < most ? int(end - f) : most;
           if (rv == 2)
-            conv_oc_rx<2>(s, xp + f, y, oc, f, 1, rx);
+            conv_oc_rx<2>(s, xp + f, y, oc, f, 1, rx, row);
           else
-            conv_oc_rx<1>(s, xp + f, y, oc, f, 1, rx);
+            conv_oc_rx<1>(s, xp + f, y, oc, f, 1, rx, row);
         }
         continue;
       }
-      for (int oy = 0; oy < s.h_out; ++oy)
-        chunks(s.w_out, most, [&](int ox, int rx) {
+      for (int oy = 0; oy < s.h_out; ++oy) {
+        auto run = [&](int ox, int rx) {
           const float* x0 = xp + int64_t(oy) * s.sh * s.wp + int64_t(ox) * s.sw;
           const int64_t f = int64_t(oy) * s.wp + ox;
           if (rv == 2)
-            conv_oc_rx<2>(s, x0, y, oc, f, s.sw, rx);
+            conv_oc_rx<2>(s, x0, y, oc, f, s.sw, rx, row);
           else
-            conv_oc_rx<1>(s, x0, y, oc, f, s.sw, rx);
-        });
+            conv_oc_rx<1>(s, x0, y, oc, f, s.sw, rx, row);
+        };
+        if (s.pool2)
+          chunks(s.w_out / 2, most / 2, [&](int k, int n) { run(2 * k, 2 * n); });
+        else
+          chunks(s.w_out, most, run);
+      }
     }
+  }
+
+  // The fused pool's row buffer in the scratch, after the padded input copy (its size: the
+  // executable's scratch_floats).
+  static float* pool_row(const KStep& s, float* scratch) {
+    return scratch + (int64_t(s.c_in) * s.hp * s.wp + 15) / 16 * 16;
   }
 
   template <int RO>
@@ -357,11 +494,12 @@ struct K {
     float* y = arena + s.out;
     if (!s.padded) return conv_generic(s, x, y, 1);
     const float* xp = x;
-    if (!no_padding(s)) {
+    if (!no_padding(s) && !s.in_bordered) {
       pad_input(s, x, scratch, 1);
       xp = scratch;
     }
-    if (s.single_by_channel) return conv_single_by_channel(s, xp, y);
+    zero_border(s, y, 1);
+    if (s.single_by_channel) return conv_single_by_channel(s, xp, y, pool_row(s, scratch));
     const int block = channel_block(s.c_out);
     for (int oy = 0; oy < s.h_out; ++oy)
       for (int oc = 0; oc < s.c_out; oc += block) {

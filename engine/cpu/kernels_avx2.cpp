@@ -9,7 +9,8 @@ namespace engine::cpu {
 const KernelSet* kernels_avx2() {
   static const KernelSet set{Avx2::name, Avx2::W, &avx2::K<Avx2>::run_tile, &avx2::K<Avx2>::run_single,
                              &avx2::K<Avx2>::run_group,
-                               &avx2::K<Avx2>::preprocess, &avx2::K<Avx2>::to_lanes};
+                               &avx2::K<Avx2>::preprocess, &avx2::K<Avx2>::to_lanes,
+                             avx2::K<Avx2>::kVectorPlanarStore};
   return &set;
 }
 

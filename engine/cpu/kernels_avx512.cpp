@@ -9,7 +9,8 @@ namespace engine::cpu {
 const KernelSet* kernels_avx512() {
   static const KernelSet set{Avx512::name, Avx512::W, &avx512::K<Avx512>::run_tile, &avx512::K<Avx512>::run_single,
                              &avx512::K<Avx512>::run_group,
-                               &avx512::K<Avx512>::preprocess, &avx512::K<Avx512>::to_lanes};
+                               &avx512::K<Avx512>::preprocess, &avx512::K<Avx512>::to_lanes,
+                             avx512::K<Avx512>::kVectorPlanarStore};
   return &set;
 }
 

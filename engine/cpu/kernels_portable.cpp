@@ -9,7 +9,8 @@ namespace engine::cpu {
 const KernelSet& kernels_portable() {
   static const KernelSet set{Sse2::name, Sse2::W, &sse2::K<Sse2>::run_tile, &sse2::K<Sse2>::run_single,
                              &sse2::K<Sse2>::run_group,
-                               &sse2::K<Sse2>::preprocess, &sse2::K<Sse2>::to_lanes};
+                               &sse2::K<Sse2>::preprocess, &sse2::K<Sse2>::to_lanes,
+                             sse2::K<Sse2>::kVectorPlanarStore};
   return set;
 }
 

@@ -36,6 +36,25 @@ struct KStep {
   // (scratch); false when that buffer would be too large (huge padding) and taps are bounds-checked.
   bool padded = false;
   int64_t hp = 0, wp = 0;
+  // Conv: a 2x2 stride-2 max pool fused into the store, where the pool is the conv's only reader
+  // and the single-image path runs across channels. h_out and w_out are then the conv grid the
+  // kernels compute, 2 ph x 2 pw (a last odd row or column, which the pool drops, is not computed),
+  // and the step's output is the pooled [c_out][ph][pw] value: per output, m = max(x, m) over the
+  // window in (p, q) order from m = -inf, as the pooling step computes it, so the same bits.
+  bool pool2 = false;
+  // Conv: the output written zero-bordered, as the next conv (its only reader) reads it, so that
+  // conv copies nothing (in_bordered): planes of out_hp x out_wp, the values from row out_pt,
+  // column out_pl; the producer writes the border's zeros. out_wp = 0: plain [c][h][w].
+  int64_t out_hp = 0, out_wp = 0;
+  int out_pt = 0, out_pl = 0;
+  bool in_bordered = false;  // Conv: the input is in the arena already as the hp x wp planes
+  // Conv: an add fused into the store, y = act(conv + in1) per element (in1 a [c][h][w] value
+  // computed before this step): one IEEE addition, then the activation, as the add step computes
+  // it, so the same bits. Never with pool2. in1 is plain, or zero-bordered for a conv that also
+  // reads it (planes of in1_hp x in1_wp, values from row in1_pt, column in1_pl; in1_wp = 0: plain).
+  bool add_in1 = false;
+  int64_t in1_hp = 0, in1_wp = 0;
+  int in1_pt = 0, in1_pl = 0;
   // Conv, single-image path: vectorise over output channels rather than along output rows, when
   // that fills more lanes. weight_t: blocks of B = 2 x lanes output channels, [c_out_padded / B]
   // [c][p][q][B], zero past c_out.
@@ -83,6 +102,9 @@ struct KernelSet {
   void (*preprocess)(const Preprocess& p, const uint8_t* raw, float* out) = nullptr;
   // `lanes` images of `elements` floats each, one after the other, to the tile layout [elements][lanes].
   void (*to_lanes)(const float* rows, int64_t elements, float* tile) = nullptr;
+  // The single-image channel kernel stores its blocks to the planar layout with in-register
+  // transposes and masked stores (else through a buffer, a scalar store per value).
+  bool vector_planar_store = false;
 };
 
 const KernelSet* kernels_avx512();

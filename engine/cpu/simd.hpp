@@ -57,6 +57,8 @@ struct Avx512 {
   }
   // Stores the first n lanes (0 <= n <= W); nothing past them is touched.
   static void store_first(float* p, V v, int n) { _mm512_mask_storeu_ps(p, Mask((1u << n) - 1u), v); }
+  // Loads the first n lanes (0 <= n <= W), zero past them; nothing past them is read.
+  static V load_first(const float* p, int n) { return _mm512_maskz_loadu_ps(Mask((1u << n) - 1u), p); }
   // r[i][j] -> r[j][i] for a W x W block: 4 x 4 transposes inside each 128-bit lane (unpack ps,
   // then pd), then the 4 x 4 transpose of the lanes themselves (two rounds of shuffle_f32x4).
   [[gnu::always_inline]] static void transpose(V* r) {

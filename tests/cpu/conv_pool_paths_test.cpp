@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/graph.hpp"
 #include "engine/cpu/cpu_options.hpp"
 #include "tests/common/compare.hpp"
 #include "tests/common/model_builder.hpp"
@@ -57,6 +58,11 @@ void check(const std::shared_ptr<formats::Model>& model, uint32_t seed, const st
           << what << ": image " << i << " alone differs from its batch's bits (kernels " << int(k) << ")";
     }
   }
+}
+
+// The plan summary of the model on the best kernel set (what it fused, which paths).
+std::string plan_of(const std::shared_ptr<formats::Model>& model) {
+  return engine::cpu::make_cpu_backend()->compile(engine::plan_graph(model), engine::CompileOptions{})->plan_summary();
 }
 
 TEST(CpuConvPaths, ChannelsByRowsFlatAndRowsAgree) {
@@ -108,6 +114,121 @@ TEST(CpuConvPaths, PoolsWholeWindowsAndPadded) {
       auto model = testing_support::single_op_model(op, {c.C, c.H, c.W}, attrs, seed++);
       check(model, seed++, std::string(formats::op_name(op)) + " " + formats::shape_to_string({c.C, c.H, c.W}));
     }
+}
+
+// A 2x2 stride-2 max pool after a conv the single-image path runs across channels is fused into
+// the conv's store (KStep::pool2): odd sizes (a last row and column the pool drops), with and
+// without an activation between, with padding and without, and one whose conv value has a
+// second reader (not fused). The plan summary says how many were fused.
+TEST(CpuConvPaths, MaxPoolFusedIntoTheConv) {
+  using testing_support::ModelBuilder;
+  struct Case {
+    int C, H, W, O;
+    formats::Window2D win;
+    bool relu;
+  };
+  const Case cases[] = {
+      {3, 32, 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), true},   // CIFAR's first block
+      {16, 7, 7, 40, window(3, 3, 1, 1, 1, 1, 1, 1), true},    // 7 -> 3: last row and column unused
+      {5, 15, 13, 20, window(3, 3, 1, 1), false},              // 'valid', odd, no activation
+      {8, 18, 30, 17, window(5, 5, 1, 1, 2, 2, 2, 2), true},   // 5x5 'same', 15 pooled columns
+      {4, 19, 21, 16, window(3, 3, 2, 2, 1, 1, 1, 1), true},   // stride 2: 10 x 11 -> 5 x 5
+  };
+  uint32_t seed = 9000;
+  for (const auto& c : cases) {
+    const formats::Shape in{c.C, c.H, c.W};
+    ModelBuilder b("conv_pool", in);
+    b.conv2d("c", "x", c.C, c.O, c.win, seed++);
+    if (c.relu) b.unary("r", OpType::Relu, "c");
+    auto model = b.pool("p", OpType::MaxPool, c.relu ? "r" : "c", window(2, 2, 2, 2)).outputs({"p"}).build();
+    const std::string what = "conv+pool " + formats::shape_to_string(in) + " -> " + std::to_string(c.O);
+    const auto plan = plan_of(model);
+    EXPECT_NE(plan.find(", 1 max pools and"), std::string::npos) << what << ": " << plan;
+    check(model, seed++, what);
+  }
+  // The conv's value also a model output: the pool stays a step of its own.
+  auto model = ModelBuilder("conv_pool_two_readers", {6, 12, 12})
+                   .conv2d("c", "x", 6, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                   .pool("p", OpType::MaxPool, "c", window(2, 2, 2, 2))
+                   .outputs({"p", "c"})
+                   .build();
+  const auto plan = plan_of(model);
+  EXPECT_NE(plan.find(", 0 max pools and"), std::string::npos) << plan;
+  check(model, seed++, "conv read by a pool and as an output");
+}
+
+// A conv whose value only the next padded conv reads writes it zero-bordered, and that conv reads
+// it in place (KStep::out_wp, in_bordered): chains of padded convs, after a fused pool, at stride 2,
+// with asymmetric padding, odd sizes; a value with a second reader keeps the plain layout.
+TEST(CpuConvPaths, ConvWritesTheNextConvsBorderedInput) {
+  using testing_support::ModelBuilder;
+  uint32_t seed = 9500;
+  auto chain = ModelBuilder("conv_chain", {3, 19, 17})
+                   .conv2d("a", "x", 3, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed)
+                   .unary("ra", OpType::Relu, "a")
+                   .conv2d("b", "ra", 32, 20, window(5, 5, 1, 1, 2, 2, 2, 2), seed + 2)
+                   .pool("pb", OpType::MaxPool, "b", window(2, 2, 2, 2))
+                   .conv2d("c", "pb", 20, 48, window(3, 3, 2, 2, 1, 1, 1, 1), seed + 4)
+                   .unary("rc", OpType::Tanh, "c")
+                   .conv2d("d", "rc", 48, 17, window(3, 3, 1, 1, 0, 2, 1, 0), seed + 6)
+                   .conv2d("e", "d", 17, 33, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 8)
+                   .outputs({"e"})
+                   .build();
+  auto plan = plan_of(chain);
+  EXPECT_NE(plan.find("4 writing the next conv's zero-bordered input"), std::string::npos) << plan;
+  check(chain, seed + 10, "chain of padded convs");
+  // a's value read by b and by a pool: plain. b's read by c and by the add fused into c: bordered,
+  // the add reading it at the bordered offsets.
+  auto shared = ModelBuilder("conv_shared", {4, 10, 10})
+                    .conv2d("a", "x", 4, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 12)
+                    .conv2d("b", "a", 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 14)
+                    .conv2d("c", "b", 32, 32, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 16)
+                    .add("s", "b", "c")
+                    .pool("p", OpType::MaxPool, "a", window(2, 2, 2, 2))
+                    .outputs({"s", "p"})
+                    .build();
+  plan = plan_of(shared);
+  EXPECT_NE(plan.find("1 writing the next conv's zero-bordered input"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("1 adds fused"), std::string::npos) << plan;
+  check(shared, seed + 18, "conv read by a conv and an add, conv read by a conv and a pool");
+}
+
+// An add that is a conv's only reader, and a relu after it, fused into the conv's store
+// (KStep::add_in1): residual blocks as resnet20's, identity shortcuts and a strided 1x1 projection
+// computed after the conv the add follows (the add then fuses into the projection), odd sizes.
+TEST(CpuConvPaths, AddFusedIntoTheConv) {
+  using testing_support::ModelBuilder;
+  uint32_t seed = 9700;
+  auto model = ModelBuilder("residual", {5, 13, 11})
+                   .conv2d("stem", "x", 5, 16, window(3, 3, 1, 1, 1, 1, 1, 1), seed)
+                   .unary("r0", OpType::Relu, "stem")
+                   .conv2d("a1", "r0", 16, 16, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 2)
+                   .unary("ra1", OpType::Relu, "a1")
+                   .conv2d("b1", "ra1", 16, 16, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 4)
+                   .add("s1", "b1", "r0")
+                   .unary("r1", OpType::Relu, "s1")
+                   .conv2d("a2", "r1", 16, 40, window(3, 3, 2, 2, 1, 1, 1, 1), seed + 6)
+                   .unary("ra2", OpType::Relu, "a2")
+                   .conv2d("b2", "ra2", 40, 40, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 8)
+                   .conv2d("p2", "r1", 16, 40, window(1, 1, 2, 2), seed + 10)
+                   .add("s2", "b2", "p2")
+                   .unary("r2", OpType::Relu, "s2")
+                   .conv2d("b3", "r2", 40, 40, window(3, 3, 1, 1, 1, 1, 1, 1), seed + 12)
+                   .add("s3", "r2", "b3")
+                   .outputs({"s3"})
+                   .build();
+  const auto plan = plan_of(model);
+  EXPECT_NE(plan.find("3 adds fused"), std::string::npos) << plan;
+  check(model, seed + 14, "residual blocks");
+  for (auto schedule : {engine::cpu::CpuOptions::Schedule::Tiles, engine::cpu::CpuOptions::Schedule::Images}) {
+    engine::cpu::CpuOptions o;
+    o.schedule = schedule;
+    auto b = engine::cpu::make_cpu_backend(o);
+    const auto input = testing_support::random_floats(5 * 13 * 11 * 21, seed + 16, -3.0f, 1.0f);
+    const auto c = testing_support::compare_with_cpu(model, *b, input.data(), 21, 21);
+    EXPECT_EQ(c.unwritten, 0u);
+    EXPECT_LE(c.max_abs_error, kTolerance) << c.worst;
+  }
 }
 
 }  // namespace
