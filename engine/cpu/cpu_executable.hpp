@@ -73,6 +73,8 @@ class CpuExecutable : public Executable, public StagedExecution {
   int64_t macs_per_image_ = 0;
   static constexpr int64_t kMinMacsPerThread = 250'000;
   int threads_for(int n) const;  // threads for a batch of n: at most threads_, one per useful share
+  // Whether a batch of n, `tiles` tiles on `threads` threads, finishes sooner as single images.
+  bool singles_finish_first(int n, int tiles, int threads) const;
   bool images_ = false;      // one image at a time (Schedule::Images, or Auto beyond L2), else tiles
   int group_ = 1;            // images per group (Images): as many dense inputs as fit half of L2
   int64_t single_stride_ = 0;
