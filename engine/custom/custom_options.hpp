@@ -43,9 +43,6 @@ struct GeneralOptions {
   // Layers whose K is cut into chunks run them on separate blocks (true) or in one thread (false)
   // at every batch, instead of the planner's per-batch choice; the bits are the same (tests check it).
   std::optional<bool> chunks_on_blocks;
-  // The 128x64 block tile as 128 threads of 8x8 outputs (general::GemmTile::T128x64w) instead of 256
-  // threads of 8x4, wherever the planner picks that tile; the bits are the same.
-  bool wide_128x64 = false;
   // The K chunk rule (general::plan_gemm_chunks): the fewest steps of 8 values of k in a chunk, and
   // the blocks a batch of 1 should get; nullopt: general::kMinChunkTiles, kChunkTargetBlocks.
   // Constants of the compiled plan, so the bits still depend on no batch.

@@ -22,7 +22,6 @@ GemmTileShape gemm_tile_shape(GemmTile t) {
     case GemmTile::T64x64: return {64, 64};
     case GemmTile::T128x32: return {128, 32};
     case GemmTile::T128x64: return {128, 64};
-    case GemmTile::T128x64w: return {128, 64};
     case GemmTile::T128x128: return {128, 128};
     case GemmTile::Count: break;
   }
@@ -37,18 +36,16 @@ const char* gemm_tile_name(GemmTile t) {
     case GemmTile::T64x64: return "64x64";
     case GemmTile::T128x32: return "128x32";
     case GemmTile::T128x64: return "128x64";
-    case GemmTile::T128x64w: return "128x64w";
     case GemmTile::T128x128: return "128x128";
     case GemmTile::Count: break;
   }
   return "?";
 }
 
-GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors, bool wide_128x64) {
+GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors) {
   GemmTile most = GemmTile::T32x32;
   int64_t most_blocks = -1;
   for (int t = int(GemmTile::Count) - 1; t >= 0; --t) {
-    if (GemmTile(t) == (wide_128x64 ? GemmTile::T128x64 : GemmTile::T128x64w)) continue;
     const GemmTileShape sh = gemm_tile_shape(GemmTile(t));
     const int64_t blocks = ((rows + sh.bm - 1) / sh.bm) * ((cols + sh.bn - 1) / sh.bn);
     const double useful = double(rows) * cols / (double(blocks) * sh.bm * sh.bn);

@@ -87,9 +87,8 @@ struct GemmArgs {
   GemmEpilogue epilogue;
 };
 
-// The block tiles the kernel is built for, smallest to largest work per block. T128x64 runs 256
-// threads of 8x4 outputs, T128x64w the same tile as 128 threads of 8x8.
-enum class GemmTile : int { T32x32 = 0, T64x16, T64x32, T64x64, T128x32, T128x64, T128x64w, T128x128, Count };
+// The block tiles the kernel is built for, smallest to largest work per block.
+enum class GemmTile : int { T32x32 = 0, T64x16, T64x32, T64x64, T128x32, T128x64, T128x128, Count };
 struct GemmTileShape {
   int bm, bn;
 };
@@ -97,9 +96,8 @@ GemmTileShape gemm_tile_shape(GemmTile t);
 const char* gemm_tile_name(GemmTile t);
 // The tile for `rows` output rows (pixels, or pooled windows x 4) and `cols` output channels: the
 // largest that still gives every SM at least one block and wastes at most a quarter of its work on
-// padding; else the one with the most blocks; the 128x64 tile as T128x64w where `wide_128x64`,
-// else as T128x64. Any choice gives the same bits.
-GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors, bool wide_128x64 = false);
+// padding; else the one with the most blocks. Any choice gives the same bits.
+GemmTile choose_gemm_tile(int64_t rows, int cols, int multiprocessors);
 // Rows of C for a batch of n: n * OH * OW (pooled: n * 4 * (OH / 2) * (OW / 2)).
 int64_t gemm_rows(const GemmShape& s, bool pooled, int n);
 

@@ -489,7 +489,6 @@ bool launch_tile(const GemmArgs& a, GemmTile tile, ChunkScratch scratch, int64_t
     case GemmTile::T64x64: summed = launch<64, 64, 4, 4, MODE>(a, scratch, M, stream, context); break;
     case GemmTile::T128x32: summed = launch<128, 32, 4, 4, MODE>(a, scratch, M, stream, context); break;
     case GemmTile::T128x64: summed = launch<128, 64, 8, 4, MODE>(a, scratch, M, stream, context); break;
-    case GemmTile::T128x64w: summed = launch<128, 64, 8, 8, MODE>(a, scratch, M, stream, context); break;
     case GemmTile::T128x128: summed = launch<128, 128, 8, 8, MODE>(a, scratch, M, stream, context); break;
     case GemmTile::Count: break;
   }

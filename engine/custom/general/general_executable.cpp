@@ -35,7 +35,6 @@ class GeneralExecutable final : public gpu::GpuExecutable {
         plan_(std::move(plan)),
         forced_tile_(general.tile),
         forced_on_blocks_(general.chunks_on_blocks),
-        wide_128x64_(general.wide_128x64),
         sms_(multiprocessor_count()),
         why_not_fused_(std::move(why_not_fused)) {
     if (forced_tile_ && (*forced_tile_ < 0 || *forced_tile_ >= int(GemmTile::Count)))
@@ -139,7 +138,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
                         gemm_partial_floats(rows, cols, a.chunks) <= partial_floats_ &&
                         gemm_arrival_counters(rows, cols) <= arrival_counters_;
     const int blocks_wanted = across ? (sms_ + a.chunks.count - 1) / a.chunks.count : sms_;
-    return {forced_tile_ ? GemmTile(*forced_tile_) : choose_gemm_tile(rows, cols, blocks_wanted, wide_128x64_), across};
+    return {forced_tile_ ? GemmTile(*forced_tile_) : choose_gemm_tile(rows, cols, blocks_wanted), across};
   }
   std::string describe(const GemmArgs& a, int n) const {
     const Launch l = launch_for(a, n);
@@ -281,7 +280,6 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   GeneralPlan plan_;
   std::optional<int> forced_tile_;
   std::optional<bool> forced_on_blocks_;
-  bool wide_128x64_ = false;
   int sms_;
   DeviceLimits limits_;
   ElementwiseLaunch elementwise_;
