@@ -7,7 +7,7 @@ D=dev/gpu_general/device_run.sh
 export BUILD=${BUILD:-$(pwd)/../../build-g32}
 PARTS="build tests" FILTER="CustomGeneral*:CustomBackend*" TEST_LIMIT=40 bash $D || exit 1
 PARTS=ab AB_TAG=-conv AB_MODELS=keras-cnn,cifar-vgg,vgg-mnist,resnet20,conv-bn-relu AB_BATCHES=1024,65536 \
-  VARIANTS=general,general/w AB_LIMIT=40 bash $D
+  VARIANTS=general AB_LIMIT=40 bash $D
 PARTS=ab AB_TAG=-mlp AB_MODELS=mlp-128,mlp-512-256 AB_BATCHES=1,1024,65536 VARIANTS=fused,general AB_LIMIT=15 bash $D
 PARTS=bench MODELS=keras-cnn,concat-branches,mlp-512-256,mlp-128 BATCHES=1 bash $D
 PARTS=accuracy ACC_MODELS="keras-cnn vgg-mnist concat-branches" bash $D
