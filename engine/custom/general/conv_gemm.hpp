@@ -6,7 +6,7 @@
 // k the input feature). A is gathered from the NCHW input on the fly (a table maps k to the channel
 // offset and window position); B is the weight packed at plan time as [K][OC padded]. A block
 // computes a BM x BN tile of C in registers (thread tiles of TM x TN), staging BK = 8 values of k
-// of A and B per step in double-buffered shared memory.
+// of A and B per step in shared memory (a 4-stage cp.async pipeline).
 //
 // Determinism: the K range is padded with zeros to a multiple of BK (the same BK for every tile
 // shape) and cut into a fixed number of chunks chosen from the layer's shape alone (GemmChunks,
