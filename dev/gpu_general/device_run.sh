@@ -4,7 +4,7 @@
 #   tests     the general path's and the custom backend's GPU tests (FILTER)
 #   bench     engine bench per model (MODELS) and batch (BATCHES), CUDA graph, no transfers; with
 #             PROFILE=1 a per-layer table at the largest batch
-#   ab        general_ab over VARIANTS (general_ab.cpp) at AB_BATCHES
+#   ab        general_ab over VARIANTS (general_ab.cpp) at AB_BATCHES (log ab$AB_TAG.txt)
 #   ncu       Nsight Compute per NCU_SPECS entry MODEL:BATCH:SKIP:COUNT (launches skipped, profiled)
 #   zoo       bench_zoo against PyTorch, one call per model
 #   accuracy  same class as the --no-fuse oracle on the MNIST test set (ACC_MODELS)
@@ -56,8 +56,8 @@ fi
 if [[ $PARTS == *" ab "* ]]; then
   files=$(tr ',' '\n' <<<"${AB_MODELS:-$MODELS}" | sed 's|.*|/tmp/zoo/&/model.json|' | tr '\n' ' ')
   timeout "${AB_LIMIT:-60}" "$B/general_ab" "${AB_BATCHES:-1,1024}" "${VARIANTS:-general,general/s16}" $files \
-    >"$L/ab.txt" 2>&1
-  echo "ab rc $? at $((SECONDS - T0)) s"; grep "images/s" "$L/ab.txt"
+    >"$L/ab${AB_TAG:-}.txt" 2>&1
+  echo "ab rc $? at $((SECONDS - T0)) s"; grep "images/s" "$L/ab${AB_TAG:-}.txt"
 fi
 if [[ $PARTS == *" ncu "* ]]; then  # NCU_SPECS: MODEL:BATCH:SKIP:COUNT, comma-separated
   for spec in $(tr ',' ' ' <<<"${NCU_SPECS:-mlp-512-256:65536:20:3}"); do

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "engine/core/graph.hpp"
@@ -99,6 +100,34 @@ TEST(CustomGeneral, DenseMatchesCpu) {
                      .build();
     SCOPED_TRACE(model->name);
     expect_general_matches_cpu(model, 320u + uint32_t(units));
+  }
+}
+
+// Each block tile (large tiles read the k table as they issue, 4x4 thread tiles one step ahead;
+// the dense rows through per-thread row pointers) against the CPU: padding, stride 2, K not a
+// multiple of 8, rows past M and channels past the tile, at a batch that leaves a partial tile.
+TEST(CustomGeneral, EveryTileMatchesCpu) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  std::vector<std::shared_ptr<formats::Model>> models = {conv_model({3, 33, 11, 3, 1, true}, false, 400),
+                                                         conv_model({5, 70, 13, 3, 2, true}, true, 410),
+                                                         conv_model({17, 129, 9, 5, 1, false}, false, 420)};
+  models.push_back(ModelBuilder("dense_tiles", {301})
+                       .dense("d", "x", 301, 131, 430u)
+                       .unary("r", OpType::Relu, "d")
+                       .outputs({"r"})
+                       .build());
+  for (const auto& model : models) {
+    const size_t per_sample = size_t(formats::element_count(model->input.raw_shape));
+    const auto input = testing_support::random_floats(per_sample * 45, 440);
+    for (int t = 0; t < int(engine::custom::general::GemmTile::Count); ++t) {
+      auto backend = general_backend(t);
+      const auto c = testing_support::compare_with_cpu(model, *backend, input.data(), 45, 45);
+      const std::string where =
+          model->name + ", tile " + engine::custom::general::gemm_tile_name(engine::custom::general::GemmTile(t));
+      EXPECT_EQ(c.unwritten, 0u) << where;
+      EXPECT_LE(c.max_rel_error, kGeneralTolerance) << where << ", worst " << c.worst;
+      EXPECT_GT(c.elements, 0u) << where;
+    }
   }
 }
 
@@ -239,6 +268,29 @@ TEST(CustomGeneralPlan, FusesEpiloguesWritesSlicesInPlaceAndNeverOverlapsLiveBlo
       EXPECT_FALSE(meet && share) << "blocks " << i << " and " << j;
       EXPECT_LE(x.offset + x.floats, plan.buffer_floats);
     }
+}
+
+// The conv k table (host code): one entry per k of K padded to whole steps; the entries past K
+// hold a window row no input has, so the loader needs no test of k.
+TEST(CustomGeneralPlan, KTableCoversThePaddedKAndOffsetsEachInput) {
+  using namespace engine::custom::general;
+  const GeneralPlan plan = plan_general(engine::plan_graph(conv_model({3, 5, 11, 3, 2, true}, false, 1100)));
+  ASSERT_FALSE(plan.steps.empty());
+  const auto& step = std::get<GemmStep>(plan.steps.front().op);
+  const int K = 3 * 3 * 3, kp = 32;
+  ASSERT_EQ(step.k_table.size(), size_t(kp) * 4);
+  for (int k = 0; k < kp; ++k) {
+    const int* e = &step.k_table[size_t(k) * 4];
+    if (k < K) {
+      const int c = k / 9, p = k / 3 % 3, q = k % 3;
+      EXPECT_EQ(e[0], c * 11 * 11) << k;
+      EXPECT_EQ(e[1], p) << k;
+      EXPECT_EQ(e[2], q) << k;
+      EXPECT_EQ(e[3], (c * 11 + p) * 11 + q) << k;
+    } else {
+      EXPECT_EQ(e[1], kKTableNoRow) << k;
+    }
+  }
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 // k the input feature). A is gathered from the NCHW input on the fly (a table maps k to the channel
 // offset and window position); B is the weight packed at plan time as [K][OC padded]. A block
 // computes a BM x BN tile of C in registers (thread tiles of TM x TN), staging BK = 8 values of k
-// of A and B per step in double-buffered shared memory.
+// of A and B per step in shared memory (a 4-stage cp.async pipeline).
 //
 // Determinism: the K range is padded with zeros to a multiple of BK (the same BK for every tile
 // shape) and cut into a fixed number of chunks chosen from the layer's shape alone (GemmChunks,
@@ -33,6 +33,8 @@ namespace engine::custom::general {
 inline constexpr int kGemmBk = 8;     // k values per shared-memory step (fixed: it sets the padding)
 inline constexpr int kMaxStages = 4;  // epilogue stages after the bias
 inline constexpr int kMaxTileN = 128;  // packed weights are padded to a multiple of this
+// A k table's window row past K: no input row has it, so the loader's bounds test fails.
+inline constexpr int kKTableNoRow = -(1 << 29);
 
 struct GemmShape {
   // conv: input [channels, height, width] -> output [out_channels, out_height, out_width] per sample.
@@ -76,7 +78,9 @@ inline constexpr int kChunkTargetBlocks = 256;  // blocks a batch of 1 should ha
 struct GemmArgs {
   const float* x = nullptr;       // [n, channels, height, width], contiguous
   const float* weight = nullptr;  // [K padded to kGemmBk][oc_padded]
-  const int4* k_table = nullptr;  // conv: per k {c * H * W, p, q, 0}; dense: null
+  // conv: per k of K padded to kGemmBk, {c * H * W, p, q, (c * H + p) * W + q} (past K:
+  // {0, kKTableNoRow, 0, 0}); dense: null
+  const int4* k_table = nullptr;
   int oc_padded = 0;
   GemmShape shape;
   GemmChunks chunks;

@@ -200,15 +200,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
     kt_begin = int(blockIdx.z) * chunks.tiles;
     kt_end = min(ktiles, kt_begin + chunks.tiles);
   }
-  const int hw = s.height * s.width;
-
-  // The conv loader's row: one output pixel per thread, decoded once.
+  // The conv loader's row: one output pixel per thread, decoded once. A row past M gets a window
+  // row no input has (kKTableNoRow), so that its copies fail the bounds test as those past K do.
   const float* xb = x;
-  int iy0 = 0, ix0 = 0;
-  bool row_valid = false;
+  int iy0 = kKTableNoRow, ix0 = 0, base = 0;
   if constexpr (!DENSE) {
     const int64_t m = m0 + tid % BM;
-    row_valid = m < M;
     int oy, ox;
     int64_t b;
     if constexpr (POOL) {
@@ -227,77 +224,81 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
       oy = int(t % s.out_height);
       b = t / s.out_height;
     }
-    if (!row_valid) b = 0;
-    xb = x + b * int64_t(s.channels) * hw;
-    iy0 = oy * s.stride_h - s.pad_top;
-    ix0 = ox * s.stride_w - s.pad_left;
+    if (m < M) {
+      xb = x + b * int64_t(s.channels) * s.height * s.width;
+      iy0 = oy * s.stride_h - s.pad_top;
+      ix0 = ox * s.stride_w - s.pad_left;
+      base = iy0 * s.width + ix0;  // + the entry's (c * H + p) * W + q: the input's offset in the sample
+    }
   }
 
-  // The conv loader's k-table entries of the next step it issues. With 4x4 thread tiles (the tiles
-  // of small batches, few warps per SM) they are read one step ahead into registers, so that a
-  // step's gather waits for no k-table read; larger thread tiles (large batches) read them when they
-  // issue, their latency hidden by the other blocks on the SM, the registers left to the accumulators.
+  // The conv loader's k-table entries of a step (the table is padded to whole steps). They are all
+  // read before any copy is issued (a copy is a compiler barrier: reads after it would wait in turn).
+  // With 4x4 thread tiles (the tiles of small batches, few warps per SM) they are read one step
+  // ahead, so that a step's gather waits for no k-table read; larger thread tiles (large batches)
+  // read them as they issue, the latency hidden by the other blocks on the SM, the registers left to
+  // the accumulators.
   constexpr bool TAB_AHEAD = !DENSE && TM * TN <= 16;
-  constexpr int kNoRow = -(1 << 29);  // a window row no input has: the bounds test fails
-  int4 tab[TAB_AHEAD ? A_PER : 1];
+  constexpr int TAB_N = DENSE ? 1 : A_PER;
+  int4 tab[TAB_N];
   auto read_tab = [&](int kt) {
 #pragma unroll
-    for (int i = 0; i < (TAB_AHEAD ? A_PER : 1); ++i) {
-      const int k = kt * BK + tid / BM + i * (THREADS / BM);
-      tab[i] = row_valid && k < K ? __ldg(&ktab[k]) : make_int4(0, kNoRow, 0, 0);
-    }
+    for (int i = 0; i < TAB_N; ++i) tab[i] = __ldg(&ktab[kt * BK + tid / BM + i * (THREADS / BM)]);
   };
   if constexpr (TAB_AHEAD) read_tab(kt_begin);
 
+  // The dense loader's rows: thread tid copies k tid % BK of rows tid / BK + i * THREADS / BK.
+  const float* xa = x;
+  unsigned rows_ok = 0;  // bit i: row i of this thread is below M
+  if constexpr (DENSE) {
+    const int64_t r0 = m0 + tid / BK;
+    xa = x + r0 * K + tid % BK;
+#pragma unroll
+    for (int i = 0; i < A_PER; ++i) rows_ok |= unsigned(r0 + i * (THREADS / BK) < M) << i;
+  }
+
   // Step kt's A and B into pipeline stage `stage` (values outside the input or past K as zeros; B's
   // rows past K are packed as zeros).
+  constexpr int B_PER = (B_VEC + THREADS - 1) / THREADS;  // float4s of B each thread copies per step
   auto issue = [&](int kt, int stage) {
     float* As = smem + stage * STAGE;
     float* Bs = As + BK * A_LD;
+    if constexpr (DENSE) {
+      const bool k_ok = kt * BK + tid % BK < K;
 #pragma unroll
-    for (int i = 0; i < A_PER; ++i) {
-      if constexpr (DENSE) {
-        const int kk = tid % BK, r = tid / BK + i * (THREADS / BK);
-        const int k = kt * BK + kk;
-        const int64_t m = m0 + r;
-        const bool ok = m < M && k < K;
-        cp_async_4(&As[kk * A_LD + r], ok ? x + m * K + k : x, ok);
-      } else if constexpr (TAB_AHEAD) {
-        const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
-        const int4 t = tab[i];  // step kt's entry (kNoRow past K or for a row past M)
-        const int iy = iy0 + t.y, ix = ix0 + t.z;
-        const bool ok = unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width);
-        cp_async_4(&As[kk * A_LD + r], ok ? xb + t.x + iy * s.width + ix : x, ok);
-      } else {
-        const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
-        const int k = kt * BK + kk;
-        const float* src = x;
-        bool ok = false;
-        if (row_valid && k < K) {
-          const int4 t = __ldg(&ktab[k]);
-          const int iy = iy0 + t.y, ix = ix0 + t.z;
-          if (unsigned(iy) < unsigned(s.height) && unsigned(ix) < unsigned(s.width)) {
-            ok = true;
-            src = xb + t.x + iy * s.width + ix;
-          }
-        }
-        cp_async_4(&As[kk * A_LD + r], src, ok);
+      for (int i = 0; i < A_PER; ++i) {
+        const int r = tid / BK + i * (THREADS / BK);
+        const bool ok = k_ok && (rows_ok >> i & 1u);
+        cp_async_4(&As[(tid % BK) * A_LD + r], ok ? xa + int64_t(i * (THREADS / BK)) * K + kt * BK : x, ok);
       }
-    }
-    if constexpr (TAB_AHEAD)
-      if (kt + 1 < kt_end) read_tab(kt + 1);
+    } else {
+      if constexpr (!TAB_AHEAD) read_tab(kt);
 #pragma unroll
-    for (int u = tid; u < B_VEC; u += THREADS) {
-      const int kk = u / (BN / 4), col = (u % (BN / 4)) * 4;
-      cp_async_16(&Bs[kk * BN + col], w + int64_t(kt * BK + kk) * ocp + n0 + col);
+      for (int i = 0; i < A_PER; ++i) {
+        const int kk = tid / BM + i * (THREADS / BM), r = tid % BM;
+        const int4 t = tab[i];
+        const bool ok = unsigned(iy0 + t.y) < unsigned(s.height) && unsigned(ix0 + t.z) < unsigned(s.width);
+        cp_async_4(&As[kk * A_LD + r], ok ? xb + (base + t.w) : x, ok);
+      }
+      if constexpr (TAB_AHEAD)
+        if (kt + 1 < kt_end) read_tab(kt + 1);
+    }
+#pragma unroll
+    for (int i = 0; i < B_PER; ++i) {
+      const int u = tid + i * THREADS;
+      if (B_VEC % THREADS == 0 || u < B_VEC) {
+        const int kk = u / (BN / 4), col = (u % (BN / 4)) * 4;
+        cp_async_16(&Bs[kk * BN + col], w + int64_t(kt * BK + kk) * ocp + n0 + col);
+      }
     }
   };
 
   // acc: the running sum (of everything with one chunk, of the current chunk otherwise). Mode::Chunks:
   // the bias plus the finished chunks' sums, in order, in this thread's slots of shared memory after
   // the stages, touched once per chunk, so that the registers hold one accumulator per output as in
-  // the other modes.
-  float* totals = smem + kGemmStages * STAGE;
+  // the other modes; as float4s of 4 consecutive columns (one 16-byte access per 4 outputs).
+  float4* totals = reinterpret_cast<float4*>(smem + kGemmStages * STAGE);
+  auto total = [&](int i, int j4) -> float4& { return totals[(i * (TN / 4) + j4) * THREADS + tid]; };
   float acc[TM][TN];
 #pragma unroll
   for (int j = 0; j < TN; ++j) {
@@ -306,7 +307,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       acc[i][j] = MODE == Mode::Whole ? b0 : 0.0f;
-      if constexpr (MODE == Mode::Chunks) totals[(i * TN + j) * THREADS + tid] = b0;
+      if constexpr (MODE == Mode::Chunks) reinterpret_cast<float*>(&total(i, j / 4))[j % 4] = b0;
     }
   }
 
@@ -352,10 +353,15 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
-          for (int j = 0; j < TN; ++j) {
-            float& t = totals[(i * TN + j) * THREADS + tid];
-            t = t + acc[i][j];
-            acc[i][j] = 0.0f;
+          for (int j4 = 0; j4 < TN / 4; ++j4) {
+            float4 t = total(i, j4);
+            t.x = t.x + acc[i][j4 * 4];
+            t.y = t.y + acc[i][j4 * 4 + 1];
+            t.z = t.z + acc[i][j4 * 4 + 2];
+            t.w = t.w + acc[i][j4 * 4 + 3];
+            total(i, j4) = t;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) acc[i][j4 * 4 + u] = 0.0f;
           }
       }
     }
@@ -366,7 +372,10 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
-      for (int j = 0; j < TN; ++j) acc[i][j] = totals[(i * TN + j) * THREADS + tid];
+      for (int j4 = 0; j4 < TN / 4; ++j4) {
+        const float4 t = total(i, j4);
+        acc[i][j4 * 4] = t.x, acc[i][j4 * 4 + 1] = t.y, acc[i][j4 * 4 + 2] = t.z, acc[i][j4 * 4 + 3] = t.w;
+      }
   }
 
   const int oc = s.out_channels;

@@ -59,10 +59,13 @@ void pack_weights(const formats::Node& node, GemmStep& step) {
     for (int64_t k = 0; k < K; ++k) step.weight[size_t(k * step.oc_padded + o)] = w[size_t(o * K + k)];
   if (step.shape.dense) return;
   const GemmShape& s = step.shape;
-  step.k_table.reserve(size_t(K) * 4);
+  step.k_table.reserve(size_t(kp) * 4);
   for (int c = 0; c < s.channels; ++c)
     for (int p = 0; p < s.kernel_h; ++p)
-      for (int q = 0; q < s.kernel_w; ++q) step.k_table.insert(step.k_table.end(), {c * s.height * s.width, p, q, 0});
+      for (int q = 0; q < s.kernel_w; ++q)
+        step.k_table.insert(step.k_table.end(), {c * s.height * s.width, p, q, (c * s.height + p) * s.width + q});
+  // Past K up to the padded K: a window row no input has, so that the loader needs no test of k.
+  for (int64_t k = K; k < kp; ++k) step.k_table.insert(step.k_table.end(), {0, kKTableNoRow, 0, 0});
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ struct GemmStep {
   std::vector<float> weight;   // [K padded to kGemmBk][oc_padded]
   int oc_padded = 0;
   GemmChunks chunks;           // from the layer's shape alone (plan_gemm_chunks)
-  std::vector<int> k_table;    // conv: 4 ints per k (int4 {c * H * W, p, q, 0}); dense: empty
+  std::vector<int> k_table;    // conv: 4 ints per k of the padded K (conv_gemm.hpp); dense: empty
 };
 struct PoolStep {
   int x = -1, y = -1;
