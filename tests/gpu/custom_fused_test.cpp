@@ -131,8 +131,8 @@ TEST(CustomFused, RandomChainsTakeTheFusedPathAndMatchCpu) {
     SCOPED_TRACE(model->name);
     auto exe = compile(model);
     // A dense-only chain above the planner's threshold takes the general path by design.
-    const std::string want = dense_only_macs(*model) > kFusedDenseChainMaxMacs ? "general" : "fused";
-    ASSERT_TRUE(contains(exe->execution_path(), want)) << exe->execution_path() << "\n" << exe->plan_summary();
+    const std::string want = dense_only_macs(*model) > kFusedDenseChainMaxMacs ? "general fp32" : "fused (";
+    ASSERT_EQ(exe->execution_path().rfind(want, 0), 0u) << exe->execution_path() << "\n" << exe->plan_summary();
     for (const auto& bc : custom_test::batch_cases())
       gpu_test::expect_matches_cpu("custom", model, bc, uint32_t(100 * i + bc.batch), -1.0f, 1.0f, fused,
                                    kFusedTolerance);
