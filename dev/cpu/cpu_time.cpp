@@ -2,7 +2,6 @@
 // time includes other processes' time slices. Prints, per batch, images per CPU-second (best of
 // --reps repetitions of --calls calls) for both schedules (tiles, images).
 //   dev/cpu/build_cpu_time.sh && /tmp/cpu_time MODEL.json [batches=1,64,1024] [kernels=best|avx2|portable]
-//     [conv_chunk_bytes=0 (half of L1d); -1: none]
 #include <time.h>
 
 #include <cstdio>
@@ -34,8 +33,7 @@ int main(int argc, char** argv) {
     for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoi(b));
   }
   cpu::CpuOptions base;
-  if (argc > 3) base.kernels = *cpu::parse_kernels(argv[3]);
-  if (argc > 4) base.conv_chunk_bytes = std::atoi(argv[4]);
+  if (argc > 3 && std::string(argv[3]) != "best") base.kernels = *cpu::parse_kernels(argv[3]);
   auto model = std::make_shared<const formats::Model>(formats::load_model(argv[1]));
   const Graph graph = plan_graph(model);
   const int64_t raw = formats::element_count(model->input.raw_shape);

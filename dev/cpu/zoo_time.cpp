@@ -2,7 +2,6 @@
 // model, thread count, batch and schedule, images/s of the best and the median of `reps` rounds of
 // at least `seconds` each, random uint8 inputs. No CUDA needed: links only the cpu backend.
 //   dev/cpu/build_zoo_time.sh BUILD_DIR && /tmp/zoo_time ZOO MODELS THREADS BATCHES [SCHEDULES=auto] [reps=3] [seconds=0.1] [kernels=best]
-//     [CHUNKS=0: CpuOptions::conv_chunk_bytes, a comma-separated list]
 //   e.g. /tmp/zoo_time /tmp/zoo cifar-vgg,resnet20 1,16 1,64,1024 auto,tiles,images
 #include <algorithm>
 #include <chrono>
@@ -33,7 +32,7 @@ static double now() {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: zoo_time ZOO MODELS THREADS BATCHES [auto,tiles,images] [reps] [seconds] [kernels] [chunks]\n");
+    std::fprintf(stderr, "usage: zoo_time ZOO MODELS THREADS BATCHES [auto,tiles,images] [reps] [seconds] [kernels]\n");
     return 2;
   }
   const std::string zoo = argv[1];
@@ -45,9 +44,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 6 ? std::atoi(argv[6]) : 3;
   const double seconds = argc > 7 ? std::atof(argv[7]) : 0.1;
   cpu::CpuOptions base;
-  if (argc > 8) base.kernels = *cpu::parse_kernels(argv[8]);
-  std::vector<int> chunks;
-  for (auto& c : split(argc > 9 ? argv[9] : "0")) chunks.push_back(std::stoi(c));
+  if (argc > 8 && std::string(argv[8]) != "best") base.kernels = *cpu::parse_kernels(argv[8]);
   for (const auto& name : models) {
     auto model = std::make_shared<const formats::Model>(formats::load_model(zoo + "/" + name + "/model.json"));
     const Graph graph = plan_graph(model);
@@ -60,10 +57,8 @@ int main(int argc, char** argv) {
     std::vector<float*> ptrs;
     for (size_t i = 0; i < graph.outputs.size(); ++i) out.emplace_back(size_t(graph.output_elements(i)) * size_t(most));
     for (auto& v : out) ptrs.push_back(v.data());
-    for (const auto& sched : schedules)
-    for (int chunk : chunks) {
+    for (const auto& sched : schedules) {
       cpu::CpuOptions o = base;
-      o.conv_chunk_bytes = chunk;
       o.schedule = sched == "tiles"    ? cpu::CpuOptions::Schedule::Tiles
                    : sched == "images" ? cpu::CpuOptions::Schedule::Images
                                        : cpu::CpuOptions::Schedule::Auto;
@@ -88,8 +83,8 @@ int main(int argc, char** argv) {
             rates.push_back(double(n) * calls / (t1 - t0));
           }
           std::sort(rates.begin(), rates.end());
-          std::printf("engine %-16s %-6s chunk %6d threads %2d batch %5d  best %10.0f  median %10.0f img/s\n",
-                      name.c_str(), sched.c_str(), chunk, t, n, rates.back(), rates[(rates.size() - 1) / 2]);
+          std::printf("engine %-16s %-6s threads %2d batch %5d  best %10.0f  median %10.0f img/s\n", name.c_str(),
+                      sched.c_str(), t, n, rates.back(), rates[(rates.size() - 1) / 2]);
           std::fflush(stdout);
         }
       }

@@ -127,7 +127,7 @@ class CpuBackend : public Backend {
     if (options.precision == Precision::INT8)
       return int8::make_int8_executable(graph, options, pick_int8_gemm(options_.kernels),
                                         pick_kernels(options_.kernels).preprocess);
-    return std::make_unique<CpuExecutable>(graph, options, pick_kernels(options_.kernels), options_);
+    return std::make_unique<CpuExecutable>(graph, options, pick_kernels(options_.kernels), options_.schedule);
   }
   std::optional<std::string> cannot_train() const override { return std::nullopt; }
   // The AVX2 build whenever the processor has it (same bits as the portable one, train_f32.hpp);

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -45,20 +44,6 @@ constexpr int64_t kMaxPaddedFloats = int64_t{1} << 22;
 constexpr int64_t kSlackFloats = 64;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
-
-// The L1 data cache of one core in bytes, as the CPU reports it (glibc reads CPUID), else sysfs;
-// 32 KiB if neither answers.
-int64_t l1_data_cache_bytes() {
-  const long from_cpuid = ::sysconf(_SC_LEVEL1_DCACHE_SIZE);
-  if (from_cpuid > 0) return from_cpuid;
-  if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index0/size", "r")) {
-    long kib = 0;
-    const int got = std::fscanf(f, "%ldK", &kib);
-    std::fclose(f);
-    if (got == 1 && kib > 0) return int64_t(kib) * 1024;
-  }
-  return int64_t{32} * 1024;
-}
 
 // Storage of every value the steps touch, laid out again by the steps' own liveness: a fused
 // activation's output is written by the conv/dense step, while the conv/dense input is still being
@@ -146,9 +131,8 @@ bool CpuExecutable::fuse_pool2(KStep& s, int& out_value, std::vector<bool>& fuse
 }
 
 CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels,
-                             const CpuOptions& cpu)
+                             CpuOptions::Schedule schedule)
     : graph_(graph), kernels_(kernels), max_batch_(options.max_batch) {
-  const CpuOptions::Schedule schedule = cpu.schedule;
   if (max_batch_ < 1) throw std::invalid_argument(fmt::format("cpu: max_batch must be at least 1, got {}", max_batch_));
   if (options.threads < 0 || options.threads > kMaxThreads)
     throw std::invalid_argument(fmt::format("cpu: threads must be 1 to {} (0: all cores), got {}", kMaxThreads,
@@ -172,10 +156,8 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   };
   std::vector<Ids> ids;
   auto root = [&](int id) { return graph_.storage_root(id); };
-  int fused_count = 0, by_channel = 0, pools_fused = 0, adds_fused = 0, chunked = 0;
+  int fused_count = 0, by_channel = 0, pools_fused = 0, adds_fused = 0;
   int64_t scratch_floats = 0;
-  int64_t partial_floats = 0;  // the single-image path's scratch for chunked convs (not the tile's)
-  const int64_t chunk_bytes = cpu.conv_chunk_bytes != 0 ? cpu.conv_chunk_bytes : l1_data_cache_bytes() / 2;
   for (size_t n = 0; n < graph_.nodes.size(); ++n) {
     const PlannedNode& planned = graph_.nodes[n];
     const formats::Node& node = *planned.node;
@@ -232,16 +214,6 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
             tap_offsets_.push_back(std::move(offsets));
             s.tap_offsets = tap_offsets_.back().data();
             ++by_channel;
-            // Taps in chunks of at most chunk_bytes of packed weights (2 x lanes floats a tap), as
-            // even as possible; the partial sums after the pool row (kernels.hpp, partials).
-            const int64_t most = std::max<int64_t>(1, chunk_bytes / (B * int64_t(sizeof(float))));
-            if (chunk_bytes > 0 && taps > most) {
-              const int64_t count = (taps + most - 1) / most;
-              s.tap_chunk = (taps + count - 1) / count;
-              partial_floats = std::max(partial_floats, round_up(padded, 16) + round_up(o.w / 2 * B, 16) +
-                                                            int64_t(o.h) * s.wp * B);
-              ++chunked;
-            }
           }
         }
         break;
@@ -437,7 +409,7 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   const int64_t tile = images_ ? 0 : round_up(per_sample * lanes + kSlackFloats, 16);
   single_stride_ = round_up(per_sample + kSlackFloats, 16);
   const int64_t single = single_stride_ * group_;
-  const int64_t scratch = round_up(std::max(scratch_floats, partial_floats) + kSlackFloats, 16);
+  const int64_t scratch = round_up(scratch_floats + kSlackFloats, 16);
   const int64_t stage = images_ ? 0 : round_up(graph_.values[graph_.input].elements * lanes, 16);
   const int64_t per_thread = tile + single + scratch + stage;
   const double bytes = double(per_thread) * double(threads_) * sizeof(float);
@@ -477,9 +449,9 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
               : fmt::format("{} images per tile (+ single-image path for fewer than {})", lanes, min_tile_images_);
   summary_ = fmt::format(
       "cpu: {} kernels, {}, {} steps from {} nodes ({} activations, {} max pools and {} adds fused, {} convs across "
-      "channels on single images ({} with taps in chunks of at most {} bytes of weights), {} writing the next conv's zero-bordered input), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
+      "channels on single images, {} writing the next conv's zero-bordered input), {} threads with {:.1f} KiB of buffers each, batches up to {}, fp32, deterministic for any thread "
       "count and batch split{}",
-      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, adds_fused, by_channel, chunked, chunk_bytes, bordered, threads_,
+      kernels_.name, schedule_text, steps_.size(), graph_.nodes.size(), fused_count, pools_fused, adds_fused, by_channel, bordered, threads_,
       double(per_thread) * sizeof(float) / 1024, max_batch_,
       options.precision == Precision::TF32 ? " (tf32 requested: the CPU has no TF32, fp32 used)" : "");
 }

@@ -25,7 +25,7 @@ namespace engine::cpu {
 class CpuExecutable : public Executable, public StagedExecution {
  public:
   CpuExecutable(const Graph& graph, const CompileOptions& options, const KernelSet& kernels,
-                const CpuOptions& cpu = {});
+                CpuOptions::Schedule schedule = CpuOptions::Schedule::Auto);
 
   int max_batch() const override { return max_batch_; }
   void run(const void* input, int n, std::span<float* const> outputs) override;

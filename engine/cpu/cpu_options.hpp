@@ -26,13 +26,6 @@ struct CpuOptions {
   // docs/design/cpu-backend.md); plan_summary() says which.
   enum class Schedule { Auto, Tiles, Images };
   Schedule schedule = Schedule::Auto;
-  // Cache tiling of the single-image channel conv (kernels.hpp, conv_single_by_channel): a block
-  // of output channels runs its taps in chunks whose packed weights take at most this many bytes,
-  // every output position through one chunk before the next (partial sums parked in the scratch:
-  // the same sum order, the same bits), so the chunk's weights stay in L1 instead of streaming
-  // from L2 once per block of positions. 0: half of the core's L1 data cache, as the CPU reports
-  // it; negative: no chunks (every tap of a block at once).
-  int conv_chunk_bytes = 0;
 };
 
 // "avx512", "avx2", "portable"; std::nullopt for any other name.

@@ -309,28 +309,21 @@ struct K {
   // (f = oy * wp + ox) across rows, whose inputs are RX consecutive floats from tap offset + f.
   // Either way the block's positions are consecutive outputs. `row`: the fused pool's buffer
   // (pool2_single), unused otherwise.
-  //
-  // Taps [t0, t1) of the (c, p, q) loop (KStep::tap_chunk): a chunk after the first starts from the
-  // partial sums in `part` (2 W floats per position from f0 on) and one before the last leaves them
-  // there; an fp32 sum stored and reloaded is the same value, so each output is still
-  // acc = bias; acc = fma(w, x, acc) over every tap in order.
   template <int RV, int RX>
-  static void conv_oc_block(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep, float* row,
-                            int64_t t0, int64_t t1, float* part) {
+  static void conv_oc_block(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep, float* row) {
     V acc[RV][RX];
-    float* pj = part + f0 * 2 * W;
     for (int v = 0; v < RV; ++v) {
       const int n = s.c_out - oc - v * W;
-      const V b = t0 > 0 ? S::zero() : s.bias ? load_part(s.bias + oc + v * W, n < W ? n : W) : S::zero();
-      for (int j = 0; j < RX; ++j) acc[v][j] = t0 > 0 ? S::load(pj + (j * 2 + v) * W) : b;
+      const V b = s.bias ? load_part(s.bias + oc + v * W, n < W ? n : W) : S::zero();
+      for (int j = 0; j < RX; ++j) acc[v][j] = b;
     }
     const int64_t taps = int64_t(s.c_in) * s.kh * s.kw;
-    const int32_t* off = s.tap_offsets + t0;
+    const int32_t* off = s.tap_offsets;
     // This block's weights: [tap][2 W] from block oc / (2 W) on (oc is a multiple of 2 W).
+    const float* w = s.weight_t + int64_t(oc) * taps;
     const int64_t wstep = 2 * W;
-    const float* w = s.weight_t + int64_t(oc) * taps + t0 * wstep;
-    for (int64_t t = t0; t < t1; ++t, ++off, w += wstep) {
-      const float* xt = x0 + *off;
+    for (int64_t t = 0; t < taps; ++t, w += wstep) {
+      const float* xt = x0 + off[t];
       V wv[RV];
       for (int v = 0; v < RV; ++v) wv[v] = S::load(w + v * W);
       // Unrolled in full, or GCC keeps a 24-accumulator block on the stack.
@@ -340,11 +333,6 @@ struct K {
 #pragma GCC unroll 4
         for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
       }
-    }
-    if (t1 < taps) {
-      for (int v = 0; v < RV; ++v)
-        for (int j = 0; j < RX; ++j) S::store(pj + (j * 2 + v) * W, acc[v][j]);
-      return;
     }
     if (!s.add_in1)
       for (int v = 0; v < RV; ++v)
@@ -442,57 +430,48 @@ struct K {
   static constexpr int kMaxOcPositions = S::kAccumulators;
   template <int RV, int RX = 1>
   static void conv_oc_rx(const KStep& s, const float* x0, float* y, int oc, int64_t f0, int64_t xstep, int rx,
-                         float* row, int64_t t0, int64_t t1, float* part) {
+                         float* row) {
     if constexpr (RX < kMaxOcPositions && RV * RX < S::kAccumulators) {
-      if (rx > RX) return conv_oc_rx<RV, RX + 1>(s, x0, y, oc, f0, xstep, rx, row, t0, t1, part);
+      if (rx > RX) return conv_oc_rx<RV, RX + 1>(s, x0, y, oc, f0, xstep, rx, row);
     }
-    conv_oc_block<RV, RX>(s, x0, y, oc, f0, xstep, row, t0, t1, part);
+    conv_oc_block<RV, RX>(s, x0, y, oc, f0, xstep, row);
   }
 
-  // Every block of output channels goes through its taps in chunks of KStep::tap_chunk (all at
-  // once where 0), all positions per chunk, so that chunk's weights are read from L1.
-  static void conv_single_by_channel(const KStep& s, const float* xp, float* y, float* row, float* part) {
-    const int64_t taps = int64_t(s.c_in) * s.kh * s.kw;
-    const int64_t chunk = s.tap_chunk > 0 && s.tap_chunk < taps ? s.tap_chunk : taps;
-    for (int oc = 0; oc < s.c_out; oc += 2 * W)
-      for (int64_t t0 = 0; t0 < taps; t0 += chunk)
-        conv_oc_positions(s, xp, y, row, oc, t0, t0 + chunk < taps ? t0 + chunk : taps, part);
-  }
-  // One block of output channels (from oc), taps [t0, t1), every output position.
-  static void conv_oc_positions(const KStep& s, const float* xp, float* y, float* row, int oc, int64_t t0, int64_t t1,
-                                float* part) {
+  static void conv_single_by_channel(const KStep& s, const float* xp, float* y, float* row) {
     // Flat only where the grid drops no column (1-wide kernels, unpadded full-width rows): row by
     // row was as fast or faster wherever columns were dropped, 32-wide rows included, and 8- and
     // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md). A fused pool goes row
     // by row, its windows' columns in pairs within a block.
     const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && !s.pool2 && s.out_wp == 0 && s.in1_wp == 0;
-    const int rv = s.c_out - oc > W ? 2 : 1;
-    const int most = S::kAccumulators / rv;
-    if (flat) {
-      // Every column of the padded-width grid up to the last output, in runs of `most`.
-      const int64_t end = int64_t(s.h_out - 1) * s.wp + s.w_out;
-      for (int64_t f = 0; f < end; f += most) {
-        const int rx = end - f < most ? int(end - f) : most;
-        if (rv == 2)
-          conv_oc_rx<2>(s, xp + f, y, oc, f, 1, rx, row, t0, t1, part);
-        else
-          conv_oc_rx<1>(s, xp + f, y, oc, f, 1, rx, row, t0, t1, part);
+    for (int oc = 0; oc < s.c_out; oc += 2 * W) {
+      const int rv = s.c_out - oc > W ? 2 : 1;
+      const int most = S::kAccumulators / rv;
+      if (flat) {
+        // Every column of the padded-width grid up to the last output, in runs of `most`.
+        const int64_t end = int64_t(s.h_out - 1) * s.wp + s.w_out;
+        for (int64_t f = 0; f < end; f += most) {
+          const int rx = end - f < most ? int(end - f) : most;
+          if (rv == 2)
+            conv_oc_rx<2>(s, xp + f, y, oc, f, 1, rx, row);
+          else
+            conv_oc_rx<1>(s, xp + f, y, oc, f, 1, rx, row);
+        }
+        continue;
       }
-      return;
-    }
-    for (int oy = 0; oy < s.h_out; ++oy) {
-      auto run = [&](int ox, int rx) {
-        const float* x0 = xp + int64_t(oy) * s.sh * s.wp + int64_t(ox) * s.sw;
-        const int64_t f = int64_t(oy) * s.wp + ox;
-        if (rv == 2)
-          conv_oc_rx<2>(s, x0, y, oc, f, s.sw, rx, row, t0, t1, part);
+      for (int oy = 0; oy < s.h_out; ++oy) {
+        auto run = [&](int ox, int rx) {
+          const float* x0 = xp + int64_t(oy) * s.sh * s.wp + int64_t(ox) * s.sw;
+          const int64_t f = int64_t(oy) * s.wp + ox;
+          if (rv == 2)
+            conv_oc_rx<2>(s, x0, y, oc, f, s.sw, rx, row);
+          else
+            conv_oc_rx<1>(s, x0, y, oc, f, s.sw, rx, row);
+        };
+        if (s.pool2)
+          chunks(s.w_out / 2, most / 2, [&](int k, int n) { run(2 * k, 2 * n); });
         else
-          conv_oc_rx<1>(s, x0, y, oc, f, s.sw, rx, row, t0, t1, part);
-      };
-      if (s.pool2)
-        chunks(s.w_out / 2, most / 2, [&](int k, int n) { run(2 * k, 2 * n); });
-      else
-        chunks(s.w_out, most, run);
+          chunks(s.w_out, most, run);
+      }
     }
   }
 
@@ -500,11 +479,6 @@ struct K {
   // executable's scratch_floats).
   static float* pool_row(const KStep& s, float* scratch) {
     return scratch + (int64_t(s.c_in) * s.hp * s.wp + 15) / 16 * 16;
-  }
-  // The chunked conv's partial sums (KStep::tap_chunk) after the pool row: 2 W floats per position
-  // of the h_out x wp grid (the executable's scratch_floats).
-  static float* partials(const KStep& s, float* scratch) {
-    return pool_row(s, scratch) + (int64_t(s.w_out) / 2 * 2 * W + 15) / 16 * 16;
   }
 
   template <int RO>
@@ -525,7 +499,7 @@ struct K {
       xp = scratch;
     }
     zero_border(s, y, 1);
-    if (s.single_by_channel) return conv_single_by_channel(s, xp, y, pool_row(s, scratch), partials(s, scratch));
+    if (s.single_by_channel) return conv_single_by_channel(s, xp, y, pool_row(s, scratch));
     const int block = channel_block(s.c_out);
     for (int oy = 0; oy < s.h_out; ++oy)
       for (int oc = 0; oc < s.c_out; oc += block) {

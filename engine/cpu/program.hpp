@@ -61,10 +61,6 @@ struct KStep {
   bool single_by_channel = false;
   const float* weight_t = nullptr;  // Dense: the panel copy of the weights (above)
   int64_t c_out_padded = 0;
-  // Single-image channel conv: taps per chunk (CpuOptions::conv_chunk_bytes), 0: all at once. With
-  // chunks, the partial sums wait in the scratch after the pool row (kernels.hpp, partials), 2 x lanes
-  // floats per position of the h_out x wp grid.
-  int64_t tap_chunk = 0;
   const int32_t* tap_offsets = nullptr;  // [c * kh * kw]: (c * hp + p) * wp + q, for weight_t's loop
   int units = 0;               // Dense
   int panel = 0;               // Dense: units per panel of weight_t, 8 * lanes

@@ -481,56 +481,6 @@ TEST(CpuSchedules, TilesAndImagesGiveTheSameBits) {
   }
 }
 
-// The single-image channel conv's taps in chunks (CpuOptions::conv_chunk_bytes) give the same bits
-// as all taps at once and as the tiles (which never chunk): chunks of one tap, uneven chunks and the
-// L1-sized default, through a fused pool, a fused add with its relu, a stride-2 conv and a
-// zero-bordered output, with every kernel set, several batch splits and threads.
-TEST(CpuSchedules, TapChunksGiveTheSameBits) {
-  using Schedule = engine::cpu::CpuOptions::Schedule;
-  formats::Preprocess p;
-  p.scale = 1.0f / 255.0f;
-  p.mean = {0.5f};
-  p.std = {0.25f};
-  const auto model = testing_support::ModelBuilder("chunks", {1})
-                         .uint8_input({1, 28, 28}, p)
-                         .conv2d("a", "x", 1, 32, window(3, 3, 1, 1, 1, 1, 1, 1), 21)
-                         .unary("ar", OpType::Relu, "a")
-                         .pool("ap", OpType::MaxPool, "ar", window(2, 2, 2, 2))
-                         .conv2d("b", "ap", 32, 24, window(3, 3, 1, 1, 1, 1, 1, 1), 22)
-                         .unary("br", OpType::Relu, "b")
-                         .conv2d("c", "br", 24, 24, window(3, 3, 1, 1, 1, 1, 1, 1), 23)
-                         .add("cb", "c", "br")
-                         .unary("cbr", OpType::Relu, "cb")
-                         .conv2d("d", "cbr", 24, 40, window(5, 5, 2, 2, 2, 2, 2, 2), 24)
-                         .unary("dr", OpType::Relu, "d")
-                         .unary("f", OpType::Flatten, "dr")
-                         .dense("e", "f", 40 * 7 * 7, 10, 25)
-                         .unary("prob", OpType::Softmax, "e")
-                         .outputs({"prob"})
-                         .build();
-  formats::ImageBatch images;
-  images.count = 37, images.channels = 1, images.height = 28, images.width = 28;
-  images.pixels = testing_support::random_bytes(784 * 37, 6);
-  using Kernels = engine::cpu::CpuOptions::Kernels;
-  for (auto kernels : {Kernels::Best, Kernels::Avx2, Kernels::Portable}) {
-    if (kernels == Kernels::Avx2 && !__builtin_cpu_supports("avx2")) continue;
-    engine::cpu::CpuOptions tiles{kernels, Schedule::Tiles};
-    tiles.conv_chunk_bytes = -1;
-    const auto base = run_all(*engine::cpu::make_cpu_backend(tiles), model, images, 37, 1);
-    for (float v : base) ASSERT_FALSE(std::isnan(v));
-    for (int chunk : {-1, 1, 200, 1000, 0}) {
-      engine::cpu::CpuOptions o{kernels, Schedule::Images};
-      o.conv_chunk_bytes = chunk;
-      for (auto [split, threads] : {std::pair{37, 1}, {1, 1}, {5, 3}}) {
-        const auto again = run_all(*engine::cpu::make_cpu_backend(o), model, images, split, threads);
-        ASSERT_EQ(again.size(), base.size());
-        EXPECT_EQ(std::memcmp(again.data(), base.data(), base.size() * sizeof(float)), 0)
-            << "chunks of " << chunk << " bytes, batches of " << split << ", " << threads << " threads";
-      }
-    }
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(Kernels, FastCpu,
                          ::testing::Values("best", "avx2", "portable", "best-images", "avx2-images",
                                            "portable-images"),
