@@ -400,8 +400,15 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   int64_t dense_k = 0;
   for (const KStep& s : steps_)
     if (s.op == KOp::Dense) dense_k = std::max(dense_k, s.elements);
-  if (images_ && dense_k > 0)
+  if (images_ && dense_k > 0) {
     group_ = int(std::clamp<int64_t>(l2 / 2 / (dense_k * int64_t(sizeof(float))), 4, 64));
+    // And no more images than whose arenas fit in half of L2: each image of a group runs its convs
+    // in its own arena, so a group larger than that streams every activation from L3 or memory
+    // (on all cores at once, more than the memory gives), while a smaller group only reads the
+    // dense weights more often, a small cost next to a conv model's multiply-adds.
+    const int64_t arena_bytes = round_up(arena_floats_ + kSlackFloats, 16) * int64_t(sizeof(float));
+    group_ = int(std::clamp<int64_t>(l2 / 2 / arena_bytes, 1, group_));
+  }
 
   // Per-thread buffers, one allocation, each part on its own cache lines.
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
