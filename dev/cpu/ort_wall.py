@@ -3,20 +3,14 @@
 and batch, images/s of the best and the median of `reps` rounds of at least `seconds` each, printed
 as dev/cpu/zoo_time.cpp prints the engine's.
   python3 dev/cpu/ort_wall.py ZOO MODELS THREADS BATCHES [reps=3] [seconds=0.1]"""
+import pathlib
 import sys
 import time
 
 import numpy as np
-import onnxruntime as ort
 
-
-def session(path, threads):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from ort_time import random_feed, session  # noqa: E402
 
 
 def main():
@@ -28,13 +22,8 @@ def main():
         for t in (int(x) for x in threads.split(",")):
             s = session(f"{zoo}/{name}/model.onnx", t)
             inp = s.get_inputs()[0]
-            shape = [d if isinstance(d, int) else 1 for d in inp.shape]
             for n in (int(b) for b in batches.split(",")):
-                if "uint8" in inp.type:
-                    x = rng.integers(0, 256, size=[n] + shape[1:], dtype=np.uint8)
-                else:
-                    x = rng.random(size=[n] + shape[1:], dtype=np.float32)
-                feed = {inp.name: x}
+                feed = random_feed(inp, n, rng)
                 s.run(None, feed)
                 rates = []
                 for _ in range(reps):
