@@ -403,9 +403,9 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   if (images_ && dense_k > 0) {
     group_ = int(std::clamp<int64_t>(l2 / 2 / (dense_k * int64_t(sizeof(float))), 4, 64));
     // And no more images than whose arenas fit in half of L2: each image of a group runs its convs
-    // in its own arena, so a group larger than that streams every activation from L3 or memory
-    // (on all cores at once, more than the memory gives), while a smaller group only reads the
-    // dense weights more often, a small cost next to a conv model's multiply-adds.
+    // in its own arena, so a larger group streams every activation from L3 or memory, on every
+    // thread at once, while a smaller one only reads the dense weights more often, a small cost
+    // next to a conv model's multiply-adds (docs/design/cpu-backend.md).
     const int64_t arena_bytes = round_up(arena_floats_ + kSlackFloats, 16) * int64_t(sizeof(float));
     group_ = int(std::clamp<int64_t>(l2 / 2 / arena_bytes, 1, group_));
   }
