@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     for (std::string b; std::getline(ss, b, ',');) batches.push_back(std::stoi(b));
   }
   cpu::CpuOptions base;
-  if (argc > 3) base.kernels = *cpu::parse_kernels(argv[3]);
+  if (argc > 3 && std::string(argv[3]) != "best") base.kernels = *cpu::parse_kernels(argv[3]);
   auto model = std::make_shared<const formats::Model>(formats::load_model(argv[1]));
   const Graph graph = plan_graph(model);
   const int64_t raw = formats::element_count(model->input.raw_shape);

@@ -14,9 +14,17 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
 
 
-def session(path):
+def random_feed(inp, n, rng):
+    """A batch of n random inputs for ONNX Runtime input `inp` (uint8 pixels or float32 in [0, 1))."""
+    shape = [n] + [d if isinstance(d, int) else 1 for d in inp.shape][1:]
+    if "uint8" in inp.type:
+        return {inp.name: rng.integers(0, 256, size=shape, dtype=np.uint8)}
+    return {inp.name: rng.random(size=shape, dtype=np.float32)}
+
+
+def session(path, threads=1):
     so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -37,14 +45,9 @@ def main():
         peers.export_onnx(mf.to_torch(m).eval(), dict(m.graph["input"]), path)
     s = session(path)
     inp = s.get_inputs()[0]
-    shape = [d if isinstance(d, int) else 1 for d in inp.shape]
     rng = np.random.default_rng(0)
     for n in batches:
-        if "uint8" in inp.type:
-            x = rng.integers(0, 256, size=[n] + shape[1:], dtype=np.uint8)
-        else:
-            x = rng.random(size=[n] + shape[1:], dtype=np.float32)
-        feed = {inp.name: x}
+        feed = random_feed(inp, n, rng)
         s.run(None, feed)
         best = 1e30
         for _ in range(5):

@@ -400,8 +400,15 @@ CpuExecutable::CpuExecutable(const Graph& graph, const CompileOptions& options, 
   int64_t dense_k = 0;
   for (const KStep& s : steps_)
     if (s.op == KOp::Dense) dense_k = std::max(dense_k, s.elements);
-  if (images_ && dense_k > 0)
+  if (images_ && dense_k > 0) {
     group_ = int(std::clamp<int64_t>(l2 / 2 / (dense_k * int64_t(sizeof(float))), 4, 64));
+    // And no more images than whose arenas fit in half of L2: each image of a group runs its convs
+    // in its own arena, so a larger group streams every activation from L3 or memory, on every
+    // thread at once, while a smaller one only reads the dense weights more often, a small cost
+    // next to a conv model's multiply-adds (docs/design/cpu-backend.md).
+    const int64_t arena_bytes = round_up(arena_floats_ + kSlackFloats, 16) * int64_t(sizeof(float));
+    group_ = int(std::clamp<int64_t>(l2 / 2 / arena_bytes, 1, group_));
+  }
 
   // Per-thread buffers, one allocation, each part on its own cache lines.
   threads_ = options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads());
@@ -550,10 +557,15 @@ void CpuExecutable::run(const void* input, int n, std::span<float* const> output
                                             outputs.size()));
   if (!input) throw std::invalid_argument("cpu: no input");
   if (images_) {
-    // Groups as large as the buffers allow but no fewer than the threads (every group gives the same
-    // bits: kernels.hpp, run_group).
+    // Groups as large as the buffers allow, but with several threads about four groups per thread
+    // where the batch has them, at least kMinGroup images each: a thread that starts late or runs
+    // slower then leaves its share to the others instead of finishing alone (every group gives
+    // the same bits: kernels.hpp, run_group).
+    constexpr int kGroupsPerThread = 4, kMinGroup = 4;
     const int threads = threads_for(n);
-    const int group = std::min(group_, (n + threads - 1) / threads);
+    const int share = threads > 1 ? std::max(kMinGroup, (n + kGroupsPerThread * threads - 1) / (kGroupsPerThread * threads))
+                                  : n;
+    const int group = std::min({group_, (n + threads - 1) / threads, share});
     struct Job {
       const CpuExecutable* self;
       const void* input;

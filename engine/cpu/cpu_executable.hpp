@@ -76,7 +76,7 @@ class CpuExecutable : public Executable, public StagedExecution {
   // Whether a batch of n, `tiles` tiles on `threads` threads, finishes sooner as single images.
   bool singles_finish_first(int n, int tiles, int threads) const;
   bool images_ = false;      // one image at a time (Schedule::Images, or Auto beyond L2), else tiles
-  int group_ = 1;            // images per group (Images): as many dense inputs as fit half of L2
+  int group_ = 1;            // images per group (Images): as many dense inputs, and arenas, as fit half of L2
   int64_t single_stride_ = 0;
   std::vector<KStep> steps_;
   std::vector<std::vector<float>> packed_;  // dense weights and biases (KStep points into them)

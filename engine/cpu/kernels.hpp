@@ -6,7 +6,8 @@
 // the few images a batch leaves over, and batch 1) keeps one image as [elements] and vectorises
 // along output rows (conv) and output units (dense). Per output element both do exactly the same
 // float operations in the same order:
-//   conv:    acc = bias (or 0); for c, p, q: acc = fma(w, x, acc), x = 0 at padded taps
+//   conv:    acc = bias (or 0); for c, p (the kernel rows inside the input), q: acc = fma(w, x, acc),
+//            x = 0 at padded columns
 //   dense:   acc = bias; for i: acc = fma(w, x_i, acc)
 //   avgpool: s = 0; for valid (p, q): s = s + x; y = s * (1 / divisor)
 //   maxpool: m = -inf; for valid (p, q): m = max(x, m)
@@ -85,6 +86,20 @@ struct K {
 
   static bool no_padding(const KStep& s) { return s.hp == s.h_in && s.wp == s.w_in; }
 
+  // The kernel rows [p0, p1) whose input rows exist for output row oy: the rows above and below
+  // read only the zero border, and every path skips them alike (their products are zeros), so an
+  // output's sum runs over the same taps in the same order on every path, as the reference's does.
+  // Columns are not skipped: the positions of a block share their kernel rows, not their columns.
+  struct Rows {
+    int64_t p0, p1;
+  };
+  static Rows valid_rows(const KStep& s, int64_t oy) {
+    const int64_t top = oy * s.sh - s.pt;
+    const int64_t p0 = top < 0 ? -top : 0;
+    const int64_t p1 = top + s.kh > s.h_in ? s.h_in - top : s.kh;
+    return {p0 < s.kh ? p0 : s.kh, p1 > p0 ? p1 : p0};
+  }
+
   // Where a conv's output value (pooled, if a pool is fused) lives: channel planes `plane` floats
   // apart, rows `row` apart, the first value at `origin` (KStep::out_wp: zero-bordered for the
   // next conv), in floats per image.
@@ -136,9 +151,10 @@ struct K {
     }
     const int64_t taps = int64_t(s.kh) * s.kw;
     const int64_t wstride = int64_t(s.c_in) * taps;
+    const Rows rows = valid_rows(s, oy);
     for (int64_t c = 0; c < s.c_in; ++c) {
       const float* w_c = s.weight + int64_t(oc) * wstride + c * taps;
-      for (int64_t p = 0; p < s.kh; ++p) {
+      for (int64_t p = rows.p0; p < rows.p1; ++p) {
         const float* row = xp + ((c * s.hp + int64_t(oy) * s.sh + p) * s.wp) * W;
         const float* w_p = w_c + p * s.kw;
         for (int64_t q = 0; q < s.kw; ++q) {
@@ -263,9 +279,10 @@ struct K {
     }
     const int64_t taps = int64_t(s.kh) * s.kw;
     const int64_t wstride = int64_t(s.c_in) * taps;
+    const Rows rows = valid_rows(s, oy);
     for (int64_t c = 0; c < s.c_in; ++c) {
       const float* w_c = s.weight + int64_t(oc) * wstride + c * taps;
-      for (int64_t p = 0; p < s.kh; ++p) {
+      for (int64_t p = rows.p0; p < rows.p1; ++p) {
         const float* row = xp + (c * s.hp + int64_t(oy) * s.sh + p) * s.wp;
         const float* w_p = w_c + p * s.kw;
         for (int64_t q = 0; q < s.kw; ++q) {
@@ -320,19 +337,32 @@ struct K {
     const int64_t taps = int64_t(s.c_in) * s.kh * s.kw;
     const int32_t* off = s.tap_offsets;
     // This block's weights: [tap][2 W] from block oc / (2 W) on (oc is a multiple of 2 W).
-    const float* w = s.weight_t + int64_t(oc) * taps;
+    const float* wb = s.weight_t + int64_t(oc) * taps;
     const int64_t wstep = 2 * W;
-    for (int64_t t = 0; t < taps; ++t, w += wstep) {
-      const float* xt = x0 + off[t];
-      V wv[RV];
-      for (int v = 0; v < RV; ++v) wv[v] = S::load(w + v * W);
-      // Unrolled in full, or GCC keeps a 24-accumulator block on the stack.
+    // Taps [t0, t1) of the flat (c, p, q) loop.
+    auto run = [&](int64_t t0, int64_t t1) {
+      const float* w = wb + t0 * wstep;
+      for (int64_t t = t0; t < t1; ++t, w += wstep) {
+        const float* xt = x0 + off[t];
+        V wv[RV];
+        for (int v = 0; v < RV; ++v) wv[v] = S::load(w + v * W);
+        // Unrolled in full, or GCC keeps a 24-accumulator block on the stack.
 #pragma GCC unroll 32
-      for (int j = 0; j < RX; ++j) {
-        const V xb = S::bcast(xt + j * xstep);
+        for (int j = 0; j < RX; ++j) {
+          const V xb = S::bcast(xt + j * xstep);
 #pragma GCC unroll 4
-        for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
+          for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
+        }
       }
+    };
+    // Rows that read only the zero border skipped (valid_rows): one run per input channel. The
+    // block's positions are one output row's (a flat block has no vertical padding).
+    const Rows rows = valid_rows(s, f0 / s.wp);
+    if (rows.p0 == 0 && rows.p1 == s.kh) {
+      run(0, taps);
+    } else {
+      const int64_t per_c = int64_t(s.kh) * s.kw;
+      for (int64_t c = 0; c < s.c_in; ++c) run(c * per_c + rows.p0 * s.kw, c * per_c + rows.p1 * s.kw);
     }
     if (!s.add_in1)
       for (int v = 0; v < RV; ++v)
@@ -442,7 +472,8 @@ struct K {
     // row was as fast or faster wherever columns were dropped, 32-wide rows included, and 8- and
     // 7-wide rows lost a fifth of the grid flat (docs/design/cpu-backend.md). A fused pool goes row
     // by row, its windows' columns in pairs within a block.
-    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && !s.pool2 && s.out_wp == 0 && s.in1_wp == 0;
+    const bool flat = s.sw == 1 && s.sh == 1 && s.wp == s.w_out && s.hp == s.h_in && !s.pool2 && s.out_wp == 0 &&
+                      s.in1_wp == 0;
     for (int oc = 0; oc < s.c_out; oc += 2 * W) {
       const int rv = s.c_out - oc > W ? 2 : 1;
       const int most = S::kAccumulators / rv;
@@ -519,7 +550,7 @@ struct K {
   }
 
   // Rare shapes (padding so large that a padded copy would not fit the scratch limit): every tap
-  // bounds-checked, a padded tap multiplying an explicit zero, as the padded kernels do. L = W for
+  // bounds-checked, a padded tap multiplying an explicit zero (on every path alike). L = W for
   // a tile (a vector per tap), 1 for a single image (fma1).
   static void conv_generic(const KStep& s, const float* x, float* y, int64_t L) {
     const int64_t taps = int64_t(s.kh) * s.kw;
