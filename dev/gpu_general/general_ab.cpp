@@ -2,7 +2,8 @@
 // "fused" (the fused chain forced where the graph qualifies), "general" (the general path forced,
 // GeneralOptions::over_fused_chain), "general/sN" (the general path with K chunks of at least N
 // steps, GeneralOptions::min_chunk_steps) or "general/sNbM" (and M blocks at batch 1 as the chunk
-// target, GeneralOptions::chunk_target_blocks).
+// target, GeneralOptions::chunk_target_blocks); "general/r": the general path with the dense 16-byte row
+// copies (GeneralOptions::dense_row_copies).
 // Each variant is one executable compiled for BATCH, timed over 30 CUDA-graph replays (7 at 65,536
 // and above) of a forward pass from device input (zeros, uint8 or float as the model takes), outputs
 // downloaded to pinned memory; the general variant's plan summary is printed once per model. Not
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
         const char* name = variant.c_str();
         engine::custom::CustomOptions o;
         o.general.over_fused_chain = general;
+        if (variant == "general/r") o.general.dense_row_copies = true;
         if (variant.rfind("general/s", 0) == 0) {  // general/sN or general/sNbM
           const size_t b = variant.find('b', 9);
           o.general.min_chunk_steps = std::stoi(variant.substr(9, b == std::string::npos ? std::string::npos : b - 9));

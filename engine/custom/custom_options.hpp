@@ -48,6 +48,9 @@ struct GeneralOptions {
   // Constants of the compiled plan, so the bits still depend on no batch.
   std::optional<int> min_chunk_steps;
   std::optional<int> chunk_target_blocks;
+  // Dense layers copy rows of their input 16 bytes at a time into shared memory (where K is a
+  // multiple of 4 and the rows are 16-byte aligned) instead of 4; the bits are the same (tests check it).
+  bool dense_row_copies = false;
 };
 
 struct CustomOptions {

@@ -130,17 +130,19 @@ TEST(CustomGeneralChunks, RepeatedRunsGiveTheSameBits) {
 
 // An MLP of odd widths (rows of A not 16-byte aligned, K not a multiple of the 8-value step): against
 // the CPU, and the planner's bits on every tile and chunk spreading.
-std::shared_ptr<formats::Model> odd_mlp(uint32_t seed) {
-  return ModelBuilder("odd_mlp", {787})
-      .dense("a", "x", 787, 509, seed)
+// Three dense layers of in -> h1 -> h2 -> out units (ReLU, tanh, softmax).
+std::shared_ptr<formats::Model> mlp_model(const std::string& name, int in, int h1, int h2, int out, uint32_t seed) {
+  return ModelBuilder(name, {in})
+      .dense("a", "x", in, h1, seed)
       .unary("a_r", OpType::Relu, "a")
-      .dense("b", "a_r", 509, 131, seed + 2)
+      .dense("b", "a_r", h1, h2, seed + 2)
       .unary("b_t", OpType::Tanh, "b")
-      .dense("o", "b_t", 131, 13, seed + 4)
+      .dense("o", "b_t", h2, out, seed + 4)
       .unary("prob", OpType::Softmax, "o")
       .outputs({"prob"})
       .build();
 }
+std::shared_ptr<formats::Model> odd_mlp(uint32_t seed) { return mlp_model("odd_mlp", 787, 509, 131, 13, seed); }
 
 TEST(CustomGeneralChunks, OddMlpMatchesCpuOnEveryTile) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
@@ -148,6 +150,41 @@ TEST(CustomGeneralChunks, OddMlpMatchesCpuOnEveryTile) {
   expect_matches_cpu(model, 1510u);
   for (int batch : {1, 130})
     custom_general_test::expect_every_tile_gives_the_planned_bits(model, batch, 1520u + uint32_t(batch), {true, false});
+}
+
+// The dense loader's 16-byte row copies (GeneralOptions::dense_row_copies) on an MLP whose every K
+// is a multiple of 4 (784; 300 and 132 end in half a step of 8): against the CPU, and the 4-byte
+// loader's bits on every tile and chunk spreading, at a batch of 1 and one that leaves partial tiles.
+TEST(CustomGeneralChunks, DenseRowCopiesGiveTheSameBits) {
+  ENGINE_SKIP_UNLESS_BACKEND("custom");
+  auto model = mlp_model("aligned_mlp", 784, 300, 132, 13, 1700);
+  auto backend = [](bool rows16, std::optional<int> tile, std::optional<bool> on_blocks) {
+    engine::custom::CustomOptions options;
+    options.general.over_fused_chain = true;
+    options.general.tile = tile;
+    options.general.chunks_on_blocks = on_blocks;
+    options.general.dense_row_copies = rows16;
+    return engine::custom::make_custom_backend(options);
+  };
+  const size_t per_sample = 784;
+  {
+    const auto input = testing_support::random_floats(per_sample * 45, 1710u);
+    const auto c = testing_support::compare_with_cpu(model, *backend(true, std::nullopt, std::nullopt), input.data(), 45, 45);
+    EXPECT_EQ(c.unwritten, 0u);
+    EXPECT_LE(c.max_rel_error, kChunkTolerance) << "worst " << c.worst;
+  }
+  for (int batch : {1, 130}) {
+    const auto input = testing_support::random_floats(per_sample * size_t(batch), 1720u + uint32_t(batch));
+    const auto old = testing_support::run_backend(model, *backend(false, std::nullopt, std::nullopt), input.data(), batch, batch);
+    for (bool on_blocks : {true, false})
+      for (int t = 0; t < int(engine::custom::general::GemmTile::Count); ++t) {
+        const auto rows16 = testing_support::run_backend(model, *backend(true, t, on_blocks), input.data(), batch, batch);
+        for (size_t o = 0; o < old.size(); ++o)
+          EXPECT_EQ(testing_support::first_bit_difference(rows16[o], old[o]), old[o].size())
+              << "batch " << batch << ", tile " << engine::custom::general::gemm_tile_name(engine::custom::general::GemmTile(t))
+              << (on_blocks ? ", chunks on blocks" : ", chunks in one thread") << ", output " << o;
+      }
+  }
 }
 
 // Other chunk rules (GeneralOptions::min_chunk_steps and chunk_target_blocks, constants of the plan):

@@ -82,6 +82,9 @@ struct GemmArgs {
   // {0, kKTableNoRow, 0, 0}); dense: null
   const int4* k_table = nullptr;
   int oc_padded = 0;
+  // Dense: copy rows of A 16 bytes at a time where K is a multiple of 4 and x is 16-byte aligned
+  // (else 4 bytes at a time). The same operations in the same order either way.
+  bool dense_row_copies = false;
   GemmShape shape;
   GemmChunks chunks;
   GemmEpilogue epilogue;

@@ -5,6 +5,7 @@
 // tile adding them in order), so that the three compile in parallel.
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cmath>
 #include <string>
 
@@ -124,17 +125,24 @@ inline constexpr int kGemmStages = 4;
 // of k per row of A) fall in distinct banks; a multiple of 4 keeps the float4 reads aligned.
 inline constexpr int kApad = 4;
 
-// Floats of one pipeline stage (A [BK][BM + kApad], then B [BK][BN]) and the bytes of dynamic shared
-// memory of a launch: the stages, then (Mode::Chunks) the bias plus the finished chunks' sums per
-// output, [TM * TN][threads] (consecutive threads, consecutive banks).
-template <int BM, int BN>
+// How a step's A reaches shared memory: gathered 4 bytes at a time through the k table into [k][m]
+// (conv), the same from dense rows (dense rows not 16-byte aligned), or 16 bytes at a time from
+// 16-byte aligned dense rows into [m][k] (rows of kGemmBk + kApad floats: consecutive rows' float4
+// reads fall in distinct banks).
+enum class Loader { Gather, DenseRows4, DenseRows16 };
+
+// Floats of one pipeline stage (A, then B [BK][BN]) and the bytes of dynamic shared memory of a
+// launch: the stages, then (Mode::Chunks) the bias plus the finished chunks' sums per output,
+// [TM * TN][threads] (consecutive threads, consecutive banks).
+template <int BM, int BN, Loader LOAD>
 constexpr int stage_floats() {
-  return kGemmBk * (BM + kApad + BN);
+  return (LOAD == Loader::DenseRows16 ? BM * (kGemmBk + kApad) : kGemmBk * (BM + kApad)) + kGemmBk * BN;
 }
-template <int BM, int BN, int TM, int TN, Mode MODE>
+template <int BM, int BN, int TM, int TN, Loader LOAD, Mode MODE>
 constexpr size_t gemm_smem_bytes() {
   constexpr size_t threads = size_t(BM / TM) * (BN / TN);
-  return (size_t(kGemmStages) * stage_floats<BM, BN>() + (MODE == Mode::Chunks ? size_t(TM) * TN * threads : 0)) *
+  return (size_t(kGemmStages) * stage_floats<BM, BN, LOAD>() +
+          (MODE == Mode::Chunks ? size_t(TM) * TN * threads : 0)) *
          sizeof(float);
 }
 
@@ -147,6 +155,11 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, bool va
 __device__ __forceinline__ void cp_async_16(float* dst, const float* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+// The same with `valid` false reading nothing and zeroing the 16 destination bytes.
+__device__ __forceinline__ void cp_async_16z(float* dst, const float* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int PENDING>
@@ -163,23 +176,28 @@ constexpr int resident_threads() {
   return TM * TN >= 64 || THREADS < 128 ? 512 : 768;
 }
 
-template <int BM, int BN, int TM, int TN, bool DENSE, bool POOL, Mode MODE>
+template <int BM, int BN, int TM, int TN, Loader LOAD, bool POOL, Mode MODE>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN),
                                   resident_threads<TM, TN, (BM / TM) * (BN / TN)>() / ((BM / TM) * (BN / TN)))
     conv_gemm_kernel(const float* __restrict__ x, const float* __restrict__ w, const int4* __restrict__ ktab,
                      int ocp, GemmShape s, GemmChunks chunks, GemmEpilogue e, float* __restrict__ partial,
                      unsigned* __restrict__ arrivals, int64_t M) {
   constexpr int BK = kGemmBk;
+  constexpr bool DENSE = LOAD != Loader::Gather, ROWS16 = LOAD == Loader::DenseRows16;
   constexpr int RY = BM / TM, RX = BN / TN;  // threads along m and along n
   constexpr int THREADS = RY * RX;
-  constexpr int A_LD = BM + kApad;
+  constexpr int A_LD = ROWS16 ? BK + kApad : BM + kApad;  // [m][A_LD] or [k][A_LD]
+  constexpr int A_FLOATS = ROWS16 ? BM * A_LD : BK * A_LD;
   constexpr int A_PER = BM * BK / THREADS;  // values of A each thread copies per step
+  constexpr int A16 = BM * BK / 4;                        // 16-byte copies of A per step (row copies)
+  constexpr int A16_PER = (A16 + THREADS - 1) / THREADS;  // per thread
   constexpr int B_VEC = BN * BK / 4;        // float4s of B per step
-  constexpr int STAGE = stage_floats<BM, BN>();
+  constexpr int STAGE = stage_floats<BM, BN, LOAD>();
   static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles are read as float4");
   static_assert(THREADS % BM == 0 || DENSE, "the conv loader gives each thread one row");
   static_assert(THREADS % BK == 0 && (BM * BK) % THREADS == 0 && BN % 4 == 0, "loader shapes");
-  static_assert(STAGE % 4 == 0 && (BK * A_LD) % 4 == 0, "stages and B start 16-byte aligned");
+  static_assert(STAGE % 4 == 0 && A_FLOATS % 4 == 0, "stages and B start 16-byte aligned");
+  static_assert(!ROWS16 || ((A16 % THREADS == 0 || A16_PER == 1) && THREADS % (BK / 4) == 0), "row copies");
   extern __shared__ __align__(16) float smem[];
 
   // A warp is 8 threads along m (consecutive pixels: its stores cover 32 rows) by 4 along n, so that
@@ -193,6 +211,10 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
   const int tx = (warp / (RY / WY)) * WX + lane / WY;
   const int64_t m0 = int64_t(blockIdx.x) * BM;
   const int n0 = blockIdx.y * BN;
+  // Row (of the block) of this thread's i-th output row: 4 consecutive rows per group of 4 (a
+  // pooling window's four outputs in one thread), or with the dense row copies rows RY apart (the
+  // float4 reads of A along k by consecutive threads then hit distinct banks).
+  auto row_of = [&](int i) { return ROWS16 ? i * RY + ty : (i / 4) * RY * 4 + ty * 4 + i % 4; };
   const int K = s.channels * s.kernel_h * s.kernel_w;
   const int ktiles = (K + BK - 1) / BK;
   int kt_begin = 0, kt_end = ktiles;
@@ -247,10 +269,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
   };
   if constexpr (TAB_AHEAD) read_tab(kt_begin);
 
-  // The dense loader's rows: thread tid copies k tid % BK of rows tid / BK + i * THREADS / BK.
+  // The dense loader's rows: thread tid copies k tid % BK of rows tid / BK + i * THREADS / BK; with
+  // 16-byte copies, k (tid % 2) * 4 .. + 3 of rows tid / 2 + i * THREADS / 2.
   const float* xa = x;
   unsigned rows_ok = 0;  // bit i: row i of this thread is below M
-  if constexpr (DENSE) {
+  if constexpr (ROWS16) {
+    const int64_t r0 = m0 + tid / (BK / 4);
+    xa = x + r0 * K + (tid % (BK / 4)) * 4;
+#pragma unroll
+    for (int i = 0; i < A16_PER; ++i) rows_ok |= unsigned(r0 + i * (THREADS / (BK / 4)) < M) << i;
+  } else if constexpr (DENSE) {
     const int64_t r0 = m0 + tid / BK;
     xa = x + r0 * K + tid % BK;
 #pragma unroll
@@ -262,8 +290,19 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
   constexpr int B_PER = (B_VEC + THREADS - 1) / THREADS;  // float4s of B each thread copies per step
   auto issue = [&](int kt, int stage) {
     float* As = smem + stage * STAGE;
-    float* Bs = As + BK * A_LD;
-    if constexpr (DENSE) {
+    float* Bs = As + A_FLOATS;
+    if constexpr (ROWS16) {  // K is a multiple of 4: a copy is wholly inside K or wholly past it
+      constexpr int PARTS = BK / 4;
+      const bool k_ok = kt * BK + (tid % PARTS) * 4 < K;
+#pragma unroll
+      for (int i = 0; i < A16_PER; ++i) {
+        if (A16 % THREADS != 0 && tid >= A16) break;  // more threads than copies (A16_PER is 1)
+        const int r = tid / PARTS + i * (THREADS / PARTS);
+        const bool ok = k_ok && (rows_ok >> i & 1u);
+        cp_async_16z(&As[r * A_LD + (tid % PARTS) * 4], ok ? xa + int64_t(i * (THREADS / PARTS)) * K + kt * BK : x,
+                     ok);
+      }
+    } else if constexpr (DENSE) {
       const bool k_ok = kt * BK + tid % BK < K;
 #pragma unroll
       for (int i = 0; i < A_PER; ++i) {
@@ -328,7 +367,32 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
       cp_async_commit();
     }
     const float* As = smem + stage * STAGE;
-    const float* Bs = As + BK * A_LD;
+    const float* Bs = As + A_FLOATS;
+    if constexpr (ROWS16) {
+      // Per 4 values of k: each row's 4 as one float4 (as many shared-memory reads as the [k][m]
+      // layout's), then k in order as below.
+#pragma unroll
+      for (int kq = 0; kq < BK; kq += 4) {
+        float4 a4[TM];
+#pragma unroll
+        for (int i = 0; i < TM; ++i) a4[i] = *reinterpret_cast<const float4*>(&As[row_of(i) * A_LD + kq]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          float bv[TN];
+#pragma unroll
+          for (int g = 0; g < TN / 4; ++g) {
+            const float4 v = *reinterpret_cast<const float4*>(&Bs[(kq + u) * BN + g * RX * 4 + tx * 4]);
+            bv[g * 4] = v.x, bv[g * 4 + 1] = v.y, bv[g * 4 + 2] = v.z, bv[g * 4 + 3] = v.w;
+          }
+#pragma unroll
+          for (int i = 0; i < TM; ++i) {
+            const float av = u == 0 ? a4[i].x : u == 1 ? a4[i].y : u == 2 ? a4[i].z : a4[i].w;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av, bv[j], acc[i][j]);
+          }
+        }
+      }
+    } else {
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
       float a[TM], bv[TN];
@@ -346,6 +410,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+    }
     }
     if constexpr (MODE == Mode::Chunks) {
       if (++in_chunk == chunks.tiles || kt + 1 == kt_end) {  // a chunk ends: fold its sum in
@@ -382,16 +447,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
   if constexpr (MODE == Mode::Partial) {
     float* pz = partial + int64_t(blockIdx.z) * oc * M;
 #pragma unroll
-    for (int g = 0; g < TM / 4; ++g) {
-      const int64_t mg = m0 + g * RY * 4 + ty * 4;
+    for (int i = 0; i < TM; ++i) {
+      const int64_t m = m0 + row_of(i);
+      if (m >= M) continue;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if (mg + r >= M) continue;
-#pragma unroll
-        for (int j = 0; j < TN; ++j) {
-          const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
-          if (n < oc) pz[int64_t(n) * M + mg + r] = acc[g * 4 + r][j];
-        }
+      for (int j = 0; j < TN; ++j) {
+        const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
+        if (n < oc) pz[int64_t(n) * M + m] = acc[i][j];
       }
     }
     if (arrivals == nullptr) return;  // chunk_sum_kernel adds the chunks
@@ -410,11 +472,10 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
     __threadfence();
     ordered_tile_sum<BM, BN, THREADS, POOL>(partial, int(gridDim.z), s, e, M, m0, n0);
     return;
-  } else {
+  } else if constexpr (POOL) {
 #pragma unroll
-  for (int g = 0; g < TM / 4; ++g) {
-    const int64_t mg = m0 + g * RY * 4 + ty * 4;  // first of this thread's 4 consecutive rows
-    if constexpr (POOL) {
+    for (int g = 0; g < TM / 4; ++g) {
+      const int64_t mg = m0 + row_of(g * 4);  // first of this thread's 4 consecutive rows: one window
       if (mg >= M) continue;
 #pragma unroll
       for (int j = 0; j < TN; ++j) {
@@ -423,21 +484,20 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN),
         const float v[4] = {acc[g * 4][j], acc[g * 4 + 1][j], acc[g * 4 + 2][j], acc[g * 4 + 3][j]};
         store_pooled(s, e, v, mg >> 2, n);
       }
-    } else {
-      const int64_t spatial = int64_t(s.out_height) * s.out_width;
+    }
+  } else {
+    const int64_t spatial = int64_t(s.out_height) * s.out_width;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int64_t m = mg + r;
-        if (m >= M) continue;
-        const int64_t b = m / spatial, sp = m - b * spatial;
+    for (int i = 0; i < TM; ++i) {
+      const int64_t m = m0 + row_of(i);
+      if (m >= M) continue;
+      const int64_t b = m / spatial, sp = m - b * spatial;
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-          const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
-          if (n < oc) store_plain(e, acc[g * 4 + r][j], b, sp, spatial, n, oc);
-        }
+      for (int j = 0; j < TN; ++j) {
+        const int n = n0 + (j / 4) * RX * 4 + tx * 4 + j % 4;
+        if (n < oc) store_plain(e, acc[i][j], b, sp, spatial, n, oc);
       }
     }
-  }
   }
 }
 
@@ -451,28 +511,35 @@ bool launch(const GemmArgs& a, ChunkScratch scratch, int64_t M, cudaStream_t str
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks),
                   MODE == Mode::Partial ? static_cast<unsigned>(a.chunks.count) : 1u);
   constexpr int threads = (BM / TM) * (BN / TN);
-  constexpr size_t smem = gemm_smem_bytes<BM, BN, TM, TN, MODE>();
   const auto& c = a.chunks;
   if constexpr (MODE == Mode::Partial) {
     const int64_t sums = std::min<int64_t>(BM, M) * std::min(BN, a.shape.out_channels) * c.count;
     if (sums > int64_t(kLastBlockLoads) * threads) scratch.arrivals = nullptr;
   }
-  auto run = [&](auto kernel) {
+  auto run = [&](auto kernel, size_t smem) {
     // Past the default limit: opt in (a host-side attribute, cheap). No carveout preference: the
     // driver sizes shared memory for the blocks that fit and leaves the rest to L1, which the conv
     // gather reads through.
-    if constexpr (smem > 48 * 1024)
+    if (smem > 48 * 1024)
       CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                      context + ": shared memory for the K chunks' sums");
     kernel<<<grid, threads, smem, stream>>>(a.x, a.weight, a.k_table, a.oc_padded, a.shape, c, a.epilogue,
                                             scratch.partial, scratch.arrivals, M);
   };
-  if (a.shape.dense)
-    run(conv_gemm_kernel<BM, BN, TM, TN, true, false, MODE>);
+  // 16-byte row copies need every row of the input 16-byte aligned: K a multiple of 4, x aligned.
+  const bool rows16 = a.dense_row_copies && a.shape.k() % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  if (a.shape.dense && rows16)
+    run(conv_gemm_kernel<BM, BN, TM, TN, Loader::DenseRows16, false, MODE>,
+        gemm_smem_bytes<BM, BN, TM, TN, Loader::DenseRows16, MODE>());
+  else if (a.shape.dense)
+    run(conv_gemm_kernel<BM, BN, TM, TN, Loader::DenseRows4, false, MODE>,
+        gemm_smem_bytes<BM, BN, TM, TN, Loader::DenseRows4, MODE>());
   else if (a.epilogue.pool_at >= 0)
-    run(conv_gemm_kernel<BM, BN, TM, TN, false, true, MODE>);
+    run(conv_gemm_kernel<BM, BN, TM, TN, Loader::Gather, true, MODE>,
+        gemm_smem_bytes<BM, BN, TM, TN, Loader::Gather, MODE>());
   else
-    run(conv_gemm_kernel<BM, BN, TM, TN, false, false, MODE>);
+    run(conv_gemm_kernel<BM, BN, TM, TN, Loader::Gather, false, MODE>,
+        gemm_smem_bytes<BM, BN, TM, TN, Loader::Gather, MODE>());
   return MODE == Mode::Partial && scratch.arrivals != nullptr;
 }
 

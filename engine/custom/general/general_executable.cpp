@@ -35,6 +35,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
         plan_(std::move(plan)),
         forced_tile_(general.tile),
         forced_on_blocks_(general.chunks_on_blocks),
+        dense_row_copies_(general.dense_row_copies),
         sms_(multiprocessor_count()),
         why_not_fused_(std::move(why_not_fused)) {
     if (forced_tile_ && (*forced_tile_ < 0 || *forced_tile_ >= int(GemmTile::Count)))
@@ -185,6 +186,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
     a.shape = op.shape;
     a.x = dense_view(op.x);
     a.oc_padded = op.oc_padded;
+    a.dense_row_copies = dense_row_copies_;
     a.weight = upload(op.weight, fmt::format("packed weight of node '{}'", graph_.nodes[size_t(op.bias_node)].node->name));
     if (!op.k_table.empty()) {
       gpu::DeviceBuffer<int> table(op.k_table.size(), "k table");
@@ -280,6 +282,7 @@ class GeneralExecutable final : public gpu::GpuExecutable {
   GeneralPlan plan_;
   std::optional<int> forced_tile_;
   std::optional<bool> forced_on_blocks_;
+  bool dense_row_copies_ = false;
   int sms_;
   DeviceLimits limits_;
   ElementwiseLaunch elementwise_;

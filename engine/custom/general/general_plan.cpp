@@ -233,7 +233,10 @@ GeneralPlan plan_general(const Graph& graph, const ChunkRule& chunks) {
       if (o.first <= blk.last && blk.first <= o.last) meets.push_back(p);
     }
     std::vector<int64_t> candidates{0};
-    for (int p : meets) candidates.push_back(plan.blocks[size_t(p)].offset + plan.blocks[size_t(p)].floats);
+    // Offsets a multiple of 4 floats: a block's rows of a multiple of 4 floats stay 16-byte aligned
+    // (the dense loader's 16-byte copies).
+    for (int p : meets)
+      candidates.push_back((plan.blocks[size_t(p)].offset + plan.blocks[size_t(p)].floats + 3) / 4 * 4);
     std::sort(candidates.begin(), candidates.end());
     for (int64_t at : candidates) {
       bool free = true;
