@@ -1,0 +1,54 @@
+// tc_dense_forward's kernels and launcher (tc_dense_gemm.hpp: what it computes; tc_dense_gemm.cuh: the body).
+#include "engine/custom/tc_general/tc_dense_gemm.cuh"
+#include "engine/gpu/cuda_check.hpp"
+
+namespace engine::custom::tcg {
+namespace {
+
+template <class T, int kTile>
+__global__ void __launch_bounds__(kTcgTiles[kTile].threads())
+    tc_dense_kernel(const __grid_constant__ TcDenseArgs a, int m) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr TcgTileShape s = kTcgTiles[kTile];
+  tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn>(a, m, (long long)blockIdx.x, int(threadIdx.x), smem);
+}
+
+template <class T, int kTile>
+void set_smem(const std::string& context) {
+  CUDA_CHECK_CTX(cudaFuncSetAttribute(tc_dense_kernel<T, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      tcg_smem_bytes(kTcgTiles[kTile])),
+                 context);
+}
+
+template <class T, int kTile>
+void launch(const TcDenseArgs& a, int m, cudaStream_t stream) {
+  constexpr TcgTileShape s = kTcgTiles[kTile];
+  const long long blocks = ((long long)m + s.bm - 1) / s.bm * ((a.cols + s.bn - 1) / s.bn);
+  tc_dense_kernel<T, kTile><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
+}
+
+template <class T>
+void launch_tile(const TcDenseArgs& a, int tile, int m, cudaStream_t stream) {
+  switch (tile) {
+    case 0: launch<T, 0>(a, m, stream); break;
+    case 1: launch<T, 1>(a, m, stream); break;
+    default: launch<T, 2>(a, m, stream); break;
+  }
+}
+
+}  // namespace
+
+void tcg_prepare(const std::string& context) {
+  set_smem<__half, 0>(context), set_smem<__half, 1>(context), set_smem<__half, 2>(context);
+  set_smem<__nv_bfloat16, 0>(context), set_smem<__nv_bfloat16, 1>(context), set_smem<__nv_bfloat16, 2>(context);
+}
+
+void tc_dense_forward(const TcDenseArgs& args, TcgOperands operands, int tile, int m, cudaStream_t stream,
+                      const std::string& context) {
+  if (m <= 0) return;
+  if (operands == TcgOperands::BF16) launch_tile<__nv_bfloat16>(args, tile, m, stream);
+  else launch_tile<__half>(args, tile, m, stream);
+  CUDA_CHECK_LAUNCH(context);
+}
+
+}  // namespace engine::custom::tcg

@@ -1,0 +1,203 @@
+#pragma once
+// The body of tc_dense_forward's kernel (tc_dense_gemm.hpp says what it computes). Host-callable for
+// the emulated test (tests/gpu/custom_tc_general_emulated_test.cpp): the warp operations come from
+// fused/tc_warp.cuh, where each lane is a host thread and ldmatrix / mma.sync follow the PTX ISA's
+// fragment layouts.
+//
+// Fragments (m16n8k16, g = lane / 4, t = lane % 4): A a0 = rows g, k 2t..2t+1; a1 rows g + 8; a2 and a3
+// the same rows at k + 8. B b0 = k 2t..2t+1 of column g; b1 at k + 8. ldmatrix.x4 gives matrix q to
+// the registers' q-th, lane L addressing row L % 8 of matrix L / 8; so for A lane L addresses row
+// L % 16 at k (L / 16) * 8 (matrices: rows 0-7 / 8-15 at k 0-7, then at k 8-15), and for B (rows of
+// w are output channels, k contiguous: the "col" operand) lane L addresses channel
+// (L % 8) + (L / 16) * 8 at k ((L / 8) % 2) * 8 (b0, b1 of one n-tile, then of the next).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "engine/custom/fused/tc_warp.cuh"
+#include "engine/custom/tc_gemm.cuh"
+#include "engine/custom/tc_general/tc_dense_gemm.hpp"
+
+namespace engine::custom::tc {
+inline namespace ENGINE_TC_ABI {
+
+// Waits until at most kPending committed groups of copies are still in flight.
+template <int kPending>
+__host__ __device__ __forceinline__ void copies_wait_prior() {
+#ifdef __CUDA_ARCH__
+  __pipeline_wait_prior(kPending);
+#endif
+}
+
+template <class T>
+__host__ __device__ __forceinline__ float round_to(float v) {
+  return Operand<T>::to_float(Operand<T>::from_float(v));
+}
+
+// One block's tile: linear block index `block` over (row blocks) x (column blocks), column blocks
+// fastest, so the blocks reading the same rows of x run together and share them through L2.
+template <class T, int kBm, int kBn, int kWm, int kWn>
+__host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& a, int m_rows, long long block,
+                                                        int tid, unsigned char* smem) {
+  using tcg::kTcgBk;
+  using tcg::kTcgPitch;
+  using tcg::kTcgStages;
+  constexpr int kWarpsN = kBn / kWn;
+  constexpr int kThreads = 32 * (kBm / kWm) * kWarpsN;
+  constexpr int kMt = kWm / 16, kNt = kWn / 8;
+  static_assert(kNt % 2 == 0, "B fragments are loaded two n-tiles at a time");
+  constexpr int kAChunks = kBm * (kTcgBk / 8);  // 16-byte pieces of a stage's x tile
+  constexpr int kBChunks = kBn * (kTcgBk / 8);
+  constexpr int kAPer = kAChunks / kThreads;     // fp32 input: pieces each thread converts per stage
+  static_assert(kAChunks % kThreads == 0, "every thread converts the same number of pieces");
+
+  const int col_blocks = (a.cols + kBn - 1) / kBn;
+  const long long block_m = block / col_blocks;
+  const int block_n = int(block - block_m * col_blocks);
+  const long long row0 = block_m * kBm;
+  const int col0 = block_n * kBn;
+
+  uint16_t* As = reinterpret_cast<uint16_t*>(smem);         // [stage][kBm][kTcgPitch]
+  uint16_t* Bs = As + kTcgStages * kBm * kTcgPitch;          // [stage][kBn][kTcgPitch]
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  const int k_steps = a.k_padded / kTcgBk;
+
+  auto load_b = [&](int kt, int buf) {
+    for (int c = tid; c < kBChunks; c += kThreads) {
+      const int r = c / 4, p = c % 4;
+      copy16(Bs + (buf * kBn + r) * kTcgPitch + p * 8,
+             w + size_t(col0 + r) * size_t(a.k_padded) + size_t(kt) * kTcgBk + p * 8);
+    }
+  };
+  // 16-bit x: rows past m_rows and pieces past ldx are zeros (stored, not copied).
+  auto load_a16 = [&](int kt, int buf) {
+    const uint16_t* x = static_cast<const uint16_t*>(a.x);
+    for (int c = tid; c < kAChunks; c += kThreads) {
+      const int r = c / 4, p = c % 4;
+      const long long m = row0 + r;
+      const int k = kt * kTcgBk + p * 8;
+      uint16_t* dst = As + (buf * kBm + r) * kTcgPitch + p * 8;
+      if (m < m_rows && k < a.ldx) copy16(dst, x + size_t(m) * size_t(a.ldx) + size_t(k));
+      else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  // fp32 x: loaded into registers one stage ahead, rounded and stored after the current stage's mma.
+  float xv[kAPer][8];
+  const bool vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  auto load_a32 = [&](int kt) {
+    const float* x = static_cast<const float*>(a.x);
+#pragma unroll
+    for (int j = 0; j < kAPer; ++j) {
+      const int c = tid + j * kThreads, r = c / 4, p = c % 4;
+      const long long m = row0 + r;
+      const int k = kt * kTcgBk + p * 8;
+      const float* src = x + size_t(m) * size_t(a.ldx) + size_t(k);
+      if (m < m_rows && vec && k + 8 <= a.k) {
+        const float4 lo = reinterpret_cast<const float4*>(src)[0], hi = reinterpret_cast<const float4*>(src)[1];
+        xv[j][0] = lo.x, xv[j][1] = lo.y, xv[j][2] = lo.z, xv[j][3] = lo.w;
+        xv[j][4] = hi.x, xv[j][5] = hi.y, xv[j][6] = hi.z, xv[j][7] = hi.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) xv[j][i] = m < m_rows && k + i < a.k ? src[i] : 0.0f;
+      }
+    }
+  };
+  auto store_a32 = [&](int buf) {
+#pragma unroll
+    for (int j = 0; j < kAPer; ++j) {
+      const int c = tid + j * kThreads, r = c / 4, p = c % 4;
+      *reinterpret_cast<uint4*>(As + (buf * kBm + r) * kTcgPitch + p * 8) =
+          make_uint4(Operand<T>::pack(xv[j][0], xv[j][1]), Operand<T>::pack(xv[j][2], xv[j][3]),
+                     Operand<T>::pack(xv[j][4], xv[j][5]), Operand<T>::pack(xv[j][6], xv[j][7]));
+    }
+  };
+
+  const int warp = tid / 32, lane = tid % 32;
+  const int wm0 = (warp / kWarpsN) * kWm, wn0 = (warp % kWarpsN) * kWn;
+  float acc[kMt][kNt][4];
+#pragma unroll
+  for (int i = 0; i < kMt; ++i)
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+
+  auto compute = [&](int buf) {
+    const uint16_t* Ab = As + buf * kBm * kTcgPitch;
+    const uint16_t* Bb = Bs + buf * kBn * kTcgPitch;
+#pragma unroll
+    for (int ks = 0; ks < kTcgBk; ks += 16) {
+      unsigned af[kMt][4], bf[kNt][2];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+        ldmatrix_x4(Ab + (wm0 + mt * 16 + lane % 16) * kTcgPitch + ks + (lane / 16) * 8, af[mt][0], af[mt][1],
+                    af[mt][2], af[mt][3]);
+#pragma unroll
+      for (int np = 0; np < kNt / 2; ++np)
+        ldmatrix_x4(Bb + (wn0 + np * 16 + lane % 8 + (lane / 16) * 8) * kTcgPitch + ks + ((lane / 8) % 2) * 8,
+                    bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt)
+          mma_16816<T>(acc[mt][nt], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[nt][0], bf[nt][1]);
+    }
+  };
+
+  // Stage kt lives in buffer kt % kTcgStages; one group of copies is committed per stage (empty past
+  // the end), so waiting for all but the newest kTcgStages - 2 groups completes stage kt.
+#pragma unroll
+  for (int s = 0; s < kTcgStages - 1; ++s) {
+    if (s < k_steps) {
+      load_b(s, s);
+      if (a.x_f32) {
+        load_a32(s);
+        store_a32(s);
+      } else {
+        load_a16(s, s);
+      }
+    }
+    copies_commit();
+  }
+  for (int kt = 0; kt < k_steps; ++kt) {
+    copies_wait_prior<kTcgStages - 2>();
+    sync_block();  // stage kt is in place for every thread, and buffer (kt - 1) % stages is free
+    const int next = kt + kTcgStages - 1, next_buf = next % kTcgStages;
+    if (next < k_steps) {
+      load_b(next, next_buf);
+      if (a.x_f32) load_a32(next);
+      else load_a16(next, next_buf);
+    }
+    copies_commit();
+    compute(kt % kTcgStages);
+    if (a.x_f32 && next < k_steps) store_a32(next_buf);
+  }
+
+  // Epilogue: accumulator i of (mt, nt) is row g + 8 (i / 2), column 2t + i % 2 of the fragment.
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const int col = col0 + wn0 + nt * 8 + 2 * t;
+      if (col >= a.cols) continue;
+      const float b0 = a.bias[col], b1 = a.bias[col + 1];  // bias rows padded past cols
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long row = row0 + wm0 + mt * 16 + g + 8 * h;
+        if (row >= m_rows) continue;
+        const float v0 = round_to<T>(tc_gemm_act(round_to<T>(acc[mt][nt][2 * h] + b0), a.act));
+        const float v1 = round_to<T>(tc_gemm_act(round_to<T>(acc[mt][nt][2 * h + 1] + b1), a.act));
+        if (a.y_f32) {
+          float* y = static_cast<float*>(a.y) + size_t(row) * size_t(a.ldy) + col;
+          y[0] = v0;
+          if (col + 1 < a.cols) y[1] = v1;
+        } else {  // cols (= ldy) is even: both columns are in the row
+          *reinterpret_cast<unsigned*>(static_cast<uint16_t*>(a.y) + size_t(row) * size_t(a.ldy) + col) =
+              Operand<T>::pack(v0, v1);
+        }
+      }
+    }
+}
+
+}  // namespace ENGINE_TC_ABI
+}  // namespace engine::custom::tc

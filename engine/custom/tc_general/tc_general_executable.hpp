@@ -1,0 +1,21 @@
+#pragma once
+// The tensor-core general path at run time (tc_general_plan.hpp): packed weights uploaded once, two
+// 16-bit activation buffers (layers alternate between them) and the fp32 logits of a final softmax
+// allocated once; forward(n) = one tc_dense_forward per layer (+ the softmax) on the executable's
+// stream, each with the block tile chosen for n (any gives the same bits).
+#include <memory>
+#include <string>
+
+#include "engine/core/backend.hpp"
+#include "engine/custom/custom_options.hpp"
+#include "engine/custom/tc_general/tc_general_plan.hpp"
+
+namespace engine::custom::tcg {
+
+// `header`: the plan summary's first line (device, precision); `why_not_chain`: why the tensor-core
+// chain does not run this graph.
+std::unique_ptr<Executable> make_tc_general_executable(const Graph& graph, TcgPlan plan, const CompileOptions& options,
+                                                       const TcGeneralOptions& tcg_options, std::string header,
+                                                       std::string why_not_chain);
+
+}  // namespace engine::custom::tcg
