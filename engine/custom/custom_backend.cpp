@@ -605,8 +605,8 @@ class CustomBackend final : public Backend {
       if (operands != tc::TcOperands::INT8 && options_.tc_general.enabled) {
         auto general = tcg::plan_tc_general(graph, operands == tc::TcOperands::BF16);
         if (auto* plan = std::get_if<tcg::TcgPlan>(&general))
-          return tcg::make_tc_general_executable(graph, std::move(*plan), options, options_.tc_general, header,
-                                                 why_not);
+          return tcg::make_tc_general_executable(graph, std::move(*plan), options, options_.tc_general,
+                                                 device.multiprocessors, header, why_not);
         why_not += "; not the tensor-core general path: " + std::get<std::string>(general);
       }
     }

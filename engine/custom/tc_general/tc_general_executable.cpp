@@ -14,19 +14,13 @@
 namespace engine::custom::tcg {
 namespace {
 
-int multiprocessor_count() {
-  int device = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms > 0 ? sms : 1;
-}
-
 class TcGeneralExecutable final : public gpu::GpuExecutable {
  public:
   TcGeneralExecutable(const Graph& fused_graph, TcgPlan plan, const CompileOptions& options,
-                      const TcGeneralOptions& tcg_options, std::string header, std::string why_not_chain)
+                      const TcGeneralOptions& tcg_options, int multiprocessors, std::string header,
+                      std::string why_not_chain)
       : GpuExecutable(fused_graph, options), plan_(std::move(plan)), forced_tile_(tcg_options.tile),
-        sms_(multiprocessor_count()) {
+        sms_(multiprocessors > 0 ? multiprocessors : 1) {
     if (forced_tile_ && (*forced_tile_ < 0 || *forced_tile_ >= kTcgTileCount))
       throw std::invalid_argument(fmt::format("custom: tensor-core general tile {} outside 0..{}", *forced_tile_,
                                               kTcgTileCount - 1));
@@ -138,11 +132,11 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
 }  // namespace
 
 std::unique_ptr<Executable> make_tc_general_executable(const Graph& graph, TcgPlan plan, const CompileOptions& options,
-                                                       const TcGeneralOptions& tcg_options, std::string header,
-                                                       std::string why_not_chain) {
+                                                       const TcGeneralOptions& tcg_options, int multiprocessors,
+                                                       std::string header, std::string why_not_chain) {
   const Graph fused = fuse_groups(graph, {FusionGroup{plan.nodes, "tensor-core general path"}});
-  return std::make_unique<TcGeneralExecutable>(fused, std::move(plan), options, tcg_options, std::move(header),
-                                               std::move(why_not_chain));
+  return std::make_unique<TcGeneralExecutable>(fused, std::move(plan), options, tcg_options, multiprocessors,
+                                               std::move(header), std::move(why_not_chain));
 }
 
 }  // namespace engine::custom::tcg

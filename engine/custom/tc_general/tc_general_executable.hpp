@@ -12,10 +12,10 @@
 
 namespace engine::custom::tcg {
 
-// `header`: the plan summary's first line (device, precision); `why_not_chain`: why the tensor-core
-// chain does not run this graph.
+// `multiprocessors` picks the tiles; `header`: the plan summary's first line (device, precision);
+// `why_not_chain`: why the tensor-core chain does not run this graph.
 std::unique_ptr<Executable> make_tc_general_executable(const Graph& graph, TcgPlan plan, const CompileOptions& options,
-                                                       const TcGeneralOptions& tcg_options, std::string header,
-                                                       std::string why_not_chain);
+                                                       const TcGeneralOptions& tcg_options, int multiprocessors,
+                                                       std::string header, std::string why_not_chain);
 
 }  // namespace engine::custom::tcg

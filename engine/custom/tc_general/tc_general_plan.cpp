@@ -1,31 +1,17 @@
 #include "engine/custom/tc_general/tc_general_plan.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <fmt/format.h>
 
-#include <cstring>
 #include <numeric>
 
 #include "engine/custom/node_shapes.hpp"
+#include "engine/custom/tc_gemm_weights.hpp"
 #include "engine/custom/tc_general/tc_dense_gemm.hpp"
 
 namespace engine::custom::tcg {
 namespace {
 
 int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
-uint16_t bits_of(float v, bool bf16) {
-  uint16_t b;
-  if (bf16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    std::memcpy(&b, &h, 2);
-  } else {
-    const __half h = __float2half_rn(v);
-    std::memcpy(&b, &h, 2);
-  }
-  return b;
-}
 
 std::string refuse(const formats::Node& node, const std::string& why) {
   return fmt::format("node '{}' ({}): {}", node.name, formats::op_name(node.op), why);
@@ -64,17 +50,16 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
       l.ldy = round_up(l.units, 8);
       l.k_padded = round_up(l.ldx, kTcgBk);
       l.rows_padded = round_up(l.units, kTcgRowAlign);
-      l.weight.assign(size_t(l.rows_padded) * size_t(l.k_padded), bits_of(0.0f, bf16));
+      l.weight.assign(size_t(l.rows_padded) * size_t(l.k_padded), tc_bits16(0.0f, bf16));
       for (int o = 0; o < l.units; ++o)
         for (int k = 0; k < l.in_features; ++k)
           l.weight[size_t(o) * size_t(l.k_padded) + size_t(k)] =
-              bits_of(node.weight->values[size_t(o) * size_t(l.in_features) + size_t(k)], bf16);
+              tc_bits16(node.weight->values[size_t(o) * size_t(l.in_features) + size_t(k)], bf16);
       l.bias.assign(size_t(l.rows_padded), 0.0f);
       // The emulation rounds the bias to the format too.
       if (node.bias)
         for (int o = 0; o < l.units && o < int(node.bias->values.size()); ++o) {
-          const float b = node.bias->values[size_t(o)];
-          l.bias[size_t(o)] = bf16 ? __bfloat162float(__float2bfloat16_rn(b)) : __half2float(__float2half_rn(b));
+          l.bias[size_t(o)] = tc_round16(node.bias->values[size_t(o)], bf16);
         }
       l.context = fmt::format("node '{}' (dense", node.name);
       plan.layers.push_back(std::move(l));
