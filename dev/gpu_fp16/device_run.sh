@@ -4,6 +4,7 @@
 # (and the per-node path's, the precision choice's), measure fp32 / fp16 at batch 65,536 (engine
 # bench, CUDA graph, compute only; a per-layer profile of mlp-512-256), check the zoo's MLPs on the
 # MNIST test set (fp16 against fp32: same class), and bench_zoo against PyTorch for MODELS.
+# PARTS picks the steps (default: all of "tests others bench accuracy zoo"; the build always runs).
 # Logs go to $OUT/results.tgz; the key lines to stdout. Every step has its own time limit.
 set -u
 ROOT=$(pwd)
@@ -13,6 +14,7 @@ L=$OUT/logs
 mkdir -p "$L"
 MNIST=$ROOT/../../data/mnist
 MODELS=${MODELS:-mlp-128,mlp-512-256}
+PARTS=" ${PARTS:-tests others bench accuracy zoo} "
 export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
 finish() { tar czf "$OUT/results.tgz" -C "$OUT" logs; }
 trap finish EXIT
@@ -30,22 +32,24 @@ run_tests() {  # $1: limit in s, $2: filter, $3: log name
   echo "tests $3 rc $? in $((SECONDS - t)) s"
   grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|worst|\[ measured \]" "$L/$3.log" | cut -c1-300 | head -40
 }
-run_tests 40 'CustomTcGeneral.*' general
-run_tests 30 'CustomTcPerNode.PlanAndRefusals:CustomTcPerNode.SameBits*:CustomTcPerNode.SeedModelsOnMnist:CustomPrecisionChoice.*:CustomTcChain.Refusals' others
+[[ $PARTS == *" tests "* ]] && run_tests 40 'CustomTcGeneral.*' general
+[[ $PARTS == *" others "* ]] && run_tests 30 'CustomTcPerNode.PlanAndRefusals:CustomTcPerNode.SameBits*:CustomTcPerNode.SeedModelsOnMnist:CustomPrecisionChoice.*:CustomTcChain.Refusals' others
 bench() {  # $1 model, $2 precision
   timeout 20 "$E" bench "/tmp/zoo/$1/model.json" --backend custom --precision "$2" --batch 1024,65536 --cuda-graph \
     --no-data-transfers --warmup 20 --duration 0.2 --repetitions 1 >"$L/bench-$1-$2.txt" 2>&1
   echo "$1 $2: $(grep -E '^  custom +(1024|65536)' "$L/bench-$1-$2.txt" | awk '{printf "%s %s %s; ", $2, $5, $6}') | $(grep -m1 -E 'tensor-core|per-node|general|fused' "$L/bench-$1-$2.txt" | cut -c1-220)"
 }
+if [[ $PARTS == *" bench "* ]]; then
 t=$SECONDS
-for m in mlp-128 mlp-512-256; do bench $m fp32; bench $m fp16; done
-bench lenet5-relu-pad2 fp16
+for m in mlp-128 mlp-512-256; do for p in ${BENCH_PRECISIONS:-fp32 fp16}; do bench $m $p; done; done
+[[ -z ${BENCH_PRECISIONS:-} ]] && bench lenet5-relu-pad2 fp16
 echo "benches: $((SECONDS - t)) s"
 timeout 15 "$E" bench /tmp/zoo/mlp-512-256/model.json --backend custom --precision fp16 --batch 65536 --cuda-graph \
   --no-data-transfers --warmup 20 --duration 0.2 --repetitions 1 --profile >"$L/profile-mlp-512-256-fp16.txt" 2>&1
 grep -A8 "per-layer profile" "$L/profile-mlp-512-256-fp16.txt" | head -10
+fi
 # Accuracy on the MNIST test set: fp16 (as asked) against fp32, same class.
-for m in mlp-128 mlp-512-256; do
+[[ $PARTS == *" accuracy "* ]] && for m in mlp-128 mlp-512-256; do
   timeout 15 "$E" -v run /tmp/zoo/$m/model.json "$MNIST/t10k-images-idx3-ubyte.gz" --backend custom --precision fp16 \
     --batch 10000 --dump-outputs /tmp/fp16.npy >"$L/run-$m-fp16.txt" 2>&1
   grep -m1 -o 'precision: .*' "$L/run-$m-fp16.txt" | cut -c1-260
@@ -56,6 +60,7 @@ for m in mlp-128 mlp-512-256; do
 import numpy as np; a=np.load('/tmp/fp16.npy'); b=np.load('/tmp/fp32.npy')
 print('$m fp16 vs fp32: same class on', int((a.argmax(1)==b.argmax(1)).sum()), 'of', len(a), '; max |dp|', float(abs(a-b).max()))"
 done
+[[ $PARTS == *" zoo "* ]] || { echo "total $((SECONDS - T0)) s"; exit 0; }
 t=$SECONDS
 timeout 70 python3 benchmarks/bench_zoo.py --zoo /tmp/zoo --engine "$E" --out "$L/zoo" --mnist "$MNIST" \
   --models "$MODELS" --batch 65536 --precisions fp32,fp16 >"$L/zoo.log" 2>&1

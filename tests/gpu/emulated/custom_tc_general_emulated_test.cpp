@@ -62,6 +62,14 @@ std::vector<Case> cases() {
            .outputs({"r"})
            .build(),
        130},
+      {"333 -> 70 relu (6 stages: every buffer reused) -> 9, 20 rows",
+       ModelBuilder("deep_k", {333})
+           .dense("d1", "x", 333, 70, 41)
+           .unary("r", OpType::Relu, "d1")
+           .dense("d2", "r", 70, 9, 42)
+           .outputs({"d2"})
+           .build(),
+       20},
       {"one layer 40 -> 300, 70 rows", ModelBuilder("one", {40}).dense("d", "x", 40, 300, 31).outputs({"d"}).build(),
        70},
   };
@@ -79,7 +87,9 @@ void run_layer(const tcg::TcDenseArgs& a, int m) {
       pool.emplace_back([&, tid] {
         tc::emu_block = &emu;
         tc::emu_thread = tid;
-        tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn>(a, m, b, tid, reinterpret_cast<unsigned char*>(smem.data()));
+        auto* sm = reinterpret_cast<unsigned char*>(smem.data());
+        if (a.x_f32) tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, true>(a, m, b, tid, sm);
+        else tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, false>(a, m, b, tid, sm);
       });
     for (auto& t : pool) t.join();
   }
