@@ -151,7 +151,7 @@ TEST(CustomTcGeneral, PlanAndRefusals) {
   EXPECT_NE(exe->execution_path().find("tensor-core general path (fp16, 4 kernels"), std::string::npos)
       << exe->execution_path();
   const std::string plan = exe->plan_summary();
-  EXPECT_NE(plan.find("node 'd1' (dense + relu 'r1'): tc_dense_forward fp16 M = batch N = 512 K = 784 padded to 832, "
+  EXPECT_NE(plan.find("node 'd1' (dense + relu 'r1'): tc_dense_forward fp16 M = batch N = 512 K = 784 padded to 800, "
                       "input fp32 rounded while staged, output fp16 rows of 512"),
             std::string::npos)
       << plan;

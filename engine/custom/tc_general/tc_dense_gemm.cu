@@ -5,28 +5,26 @@
 namespace engine::custom::tcg {
 namespace {
 
-template <class T, int kTile, bool kF32In>
-__global__ void __launch_bounds__(kTcgTiles[kTile].threads(), kTile == 0 ? 2 : 1)
+template <class T, int kTile>
+__global__ void __launch_bounds__(kTcgTiles[kTile].threads())
     tc_dense_kernel(const __grid_constant__ TcDenseArgs a, int m) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr TcgTileShape s = kTcgTiles[kTile];
-  tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, kF32In>(a, m, (long long)blockIdx.x, int(threadIdx.x), smem);
+  tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn>(a, m, (long long)blockIdx.x, int(threadIdx.x), smem);
 }
 
 template <class T, int kTile>
 void set_smem(const std::string& context) {
-  for (auto kernel : {tc_dense_kernel<T, kTile, false>, tc_dense_kernel<T, kTile, true>})
-    CUDA_CHECK_CTX(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        tcg_smem_bytes(kTcgTiles[kTile])),
-                   context);
+  CUDA_CHECK_CTX(cudaFuncSetAttribute(tc_dense_kernel<T, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      tcg_smem_bytes(kTcgTiles[kTile])),
+                 context);
 }
 
 template <class T, int kTile>
 void launch(const TcDenseArgs& a, int m, cudaStream_t stream) {
   constexpr TcgTileShape s = kTcgTiles[kTile];
   const long long blocks = ((long long)m + s.bm - 1) / s.bm * ((a.cols + s.bn - 1) / s.bn);
-  if (a.x_f32) tc_dense_kernel<T, kTile, true><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
-  else tc_dense_kernel<T, kTile, false><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
+  tc_dense_kernel<T, kTile><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
 }
 
 template <class T>

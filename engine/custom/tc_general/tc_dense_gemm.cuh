@@ -37,7 +37,7 @@ __host__ __device__ __forceinline__ float round_to(float v) {
 
 // One block's tile: linear block index `block` over (row blocks) x (column blocks), column blocks
 // fastest, so the blocks reading the same rows of x run together and share them through L2.
-template <class T, int kBm, int kBn, int kWm, int kWn, bool kF32In>
+template <class T, int kBm, int kBn, int kWm, int kWn>
 __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& a, int m_rows, long long block,
                                                         int tid, unsigned char* smem) {
   using tcg::kTcgBk;
@@ -47,9 +47,8 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   constexpr int kThreads = 32 * (kBm / kWm) * kWarpsN;
   constexpr int kMt = kWm / 16, kNt = kWn / 8;
   static_assert(kNt % 2 == 0, "B fragments are loaded two n-tiles at a time");
-  constexpr int kPieces = kTcgBk / 8;           // 16-byte pieces of a stage's row
-  constexpr int kAChunks = kBm * kPieces;        // of a stage's x tile
-  constexpr int kBChunks = kBn * kPieces;
+  constexpr int kAChunks = kBm * (kTcgBk / 8);  // 16-byte pieces of a stage's x tile
+  constexpr int kBChunks = kBn * (kTcgBk / 8);
   constexpr int kAPer = kAChunks / kThreads;     // fp32 input: pieces each thread converts per stage
   static_assert(kAChunks % kThreads == 0, "every thread converts the same number of pieces");
 
@@ -66,7 +65,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
 
   auto load_b = [&](int kt, int buf) {
     for (int c = tid; c < kBChunks; c += kThreads) {
-      const int r = c / kPieces, p = c % kPieces;
+      const int r = c / 4, p = c % 4;
       copy16(Bs + (buf * kBn + r) * kTcgPitch + p * 8,
              w + size_t(col0 + r) * size_t(a.k_padded) + size_t(kt) * kTcgBk + p * 8);
     }
@@ -75,7 +74,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   auto load_a16 = [&](int kt, int buf) {
     const uint16_t* x = static_cast<const uint16_t*>(a.x);
     for (int c = tid; c < kAChunks; c += kThreads) {
-      const int r = c / kPieces, p = c % kPieces;
+      const int r = c / 4, p = c % 4;
       const long long m = row0 + r;
       const int k = kt * kTcgBk + p * 8;
       uint16_t* dst = As + (buf * kBm + r) * kTcgPitch + p * 8;
@@ -84,13 +83,13 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
     }
   };
   // fp32 x: loaded into registers one stage ahead, rounded and stored after the current stage's mma.
-  float xv[kF32In ? kAPer : 1][8];
+  float xv[kAPer][8];
   const bool vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   auto load_a32 = [&](int kt) {
     const float* x = static_cast<const float*>(a.x);
 #pragma unroll
     for (int j = 0; j < kAPer; ++j) {
-      const int c = tid + j * kThreads, r = c / kPieces, p = c % kPieces;
+      const int c = tid + j * kThreads, r = c / 4, p = c % 4;
       const long long m = row0 + r;
       const int k = kt * kTcgBk + p * 8;
       const float* src = x + size_t(m) * size_t(a.ldx) + size_t(k);
@@ -107,7 +106,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   auto store_a32 = [&](int buf) {
 #pragma unroll
     for (int j = 0; j < kAPer; ++j) {
-      const int c = tid + j * kThreads, r = c / kPieces, p = c % kPieces;
+      const int c = tid + j * kThreads, r = c / 4, p = c % 4;
       *reinterpret_cast<uint4*>(As + (buf * kBm + r) * kTcgPitch + p * 8) =
           make_uint4(Operand<T>::pack(xv[j][0], xv[j][1]), Operand<T>::pack(xv[j][2], xv[j][3]),
                      Operand<T>::pack(xv[j][4], xv[j][5]), Operand<T>::pack(xv[j][6], xv[j][7]));
@@ -150,7 +149,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   for (int s = 0; s < kTcgStages - 1; ++s) {
     if (s < k_steps) {
       load_b(s, s);
-      if constexpr (kF32In) {
+      if (a.x_f32) {
         load_a32(s);
         store_a32(s);
       } else {
@@ -165,13 +164,12 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
     const int next = kt + kTcgStages - 1, next_buf = next % kTcgStages;
     if (next < k_steps) {
       load_b(next, next_buf);
-      if constexpr (kF32In) load_a32(next);
-      else
-        load_a16(next, next_buf);
+      if (a.x_f32) load_a32(next);
+      else load_a16(next, next_buf);
     }
     copies_commit();
     compute(kt % kTcgStages);
-    if (kF32In && next < k_steps) store_a32(next_buf);
+    if (a.x_f32 && next < k_steps) store_a32(next_buf);
   }
 
   // Epilogue: accumulator i of (mt, nt) is row g + 8 (i / 2), column 2t + i % 2 of the fragment.

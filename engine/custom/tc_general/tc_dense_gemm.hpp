@@ -38,9 +38,9 @@ inline const char* tcg_tile_name(int tile) {
   return tile == 0 ? "128x128" : tile == 1 ? "64x64" : "64x32";
 }
 
-inline constexpr int kTcgBk = 64;       // values of k per stage
+inline constexpr int kTcgBk = 32;       // values of k per stage
 inline constexpr int kTcgStages = 3;    // stages in flight
-inline constexpr int kTcgPitch = 72;    // 16-bit elements per shared-memory row (144 bytes)
+inline constexpr int kTcgPitch = 40;    // 16-bit elements per shared-memory row (80 bytes)
 inline constexpr int kTcgRowAlign = 128;  // packed weight rows (output channels) padded to this
 inline constexpr int tcg_smem_bytes(const TcgTileShape& t) { return kTcgStages * (t.bm + t.bn) * kTcgPitch * 2; }
 

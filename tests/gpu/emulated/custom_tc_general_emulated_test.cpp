@@ -62,7 +62,7 @@ std::vector<Case> cases() {
            .outputs({"r"})
            .build(),
        130},
-      {"333 -> 70 relu (6 stages: every buffer reused) -> 9, 20 rows",
+      {"333 -> 70 relu (11 stages: every buffer reused) -> 9, 20 rows",
        ModelBuilder("deep_k", {333})
            .dense("d1", "x", 333, 70, 41)
            .unary("r", OpType::Relu, "d1")
@@ -87,9 +87,7 @@ void run_layer(const tcg::TcDenseArgs& a, int m) {
       pool.emplace_back([&, tid] {
         tc::emu_block = &emu;
         tc::emu_thread = tid;
-        auto* sm = reinterpret_cast<unsigned char*>(smem.data());
-        if (a.x_f32) tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, true>(a, m, b, tid, sm);
-        else tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, false>(a, m, b, tid, sm);
+        tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn>(a, m, b, tid, reinterpret_cast<unsigned char*>(smem.data()));
       });
     for (auto& t : pool) t.join();
   }
