@@ -603,7 +603,8 @@ class CustomBackend final : public Backend {
       }
       // fp16 / bf16 outside the chain's family: the tensor-core general path where it takes the graph.
       if (operands != tc::TcOperands::INT8 && options_.tc_general.enabled) {
-        auto general = tcg::plan_tc_general(graph, operands == tc::TcOperands::BF16);
+        auto general = tcg::plan_tc_general(graph, operands == tc::TcOperands::BF16,
+                                             options_.tc_general.convolutions);
         if (auto* plan = std::get_if<tcg::TcgPlan>(&general))
           return tcg::make_tc_general_executable(graph, std::move(*plan), options, options_.tc_general,
                                                  device.multiprocessors, header, why_not);

@@ -2,6 +2,8 @@
 #include "engine/custom/tc_general/tc_dense_gemm.cuh"
 #include "engine/gpu/cuda_check.hpp"
 
+#include <algorithm>
+
 namespace engine::custom::tcg {
 namespace {
 
@@ -36,6 +38,11 @@ void launch_tile(const TcDenseArgs& a, int tile, int m, cudaStream_t stream) {
   }
 }
 
+__global__ void tc_maxpool_kernel(const __grid_constant__ TcPoolArgs a, long long pieces) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pieces; i += (long long)gridDim.x * blockDim.x)
+    tc::tc_maxpool_piece(a, i);
+}
+
 }  // namespace
 
 void tcg_prepare(const std::string& context) {
@@ -48,6 +55,19 @@ void tc_dense_forward(const TcDenseArgs& args, TcgOperands operands, int tile, i
   if (m <= 0) return;
   if (operands == TcgOperands::BF16) launch_tile<__nv_bfloat16>(args, tile, m, stream);
   else launch_tile<__half>(args, tile, m, stream);
+  CUDA_CHECK_LAUNCH(context);
+}
+
+}  // namespace engine::custom::tcg
+
+namespace engine::custom::tcg {
+
+void tc_maxpool_forward(const TcPoolArgs& args, int n, cudaStream_t stream, const std::string& context) {
+  const long long pieces = (long long)n * args.oh * args.ow * (args.pitch / 8);
+  if (pieces <= 0) return;
+  constexpr int kThreads = 256;
+  const long long blocks = std::min<long long>((pieces + kThreads - 1) / kThreads, 1LL << 20);
+  tc_maxpool_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
   CUDA_CHECK_LAUNCH(context);
 }
 

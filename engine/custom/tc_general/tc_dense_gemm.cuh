@@ -49,8 +49,8 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   static_assert(kNt % 2 == 0, "B fragments are loaded two n-tiles at a time");
   constexpr int kAChunks = kBm * (kTcgBk / 8);  // 16-byte pieces of a stage's x tile
   constexpr int kBChunks = kBn * (kTcgBk / 8);
-  constexpr int kAPer = kAChunks / kThreads;     // fp32 input: pieces each thread converts per stage
-  static_assert(kAChunks % kThreads == 0, "every thread converts the same number of pieces");
+  constexpr int kAPer = kAChunks / kThreads;     // pieces of the x tile each thread loads per stage
+  static_assert(kAChunks % kThreads == 0, "every thread loads the same number of pieces");
 
   const int col_blocks = (a.cols + kBn - 1) / kBn;
   const long long block_m = block / col_blocks;
@@ -70,21 +70,54 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
              w + size_t(col0 + r) * size_t(a.k_padded) + size_t(kt) * kTcgBk + p * 8);
     }
   };
-  // 16-bit x: rows past m_rows and pieces past ldx are zeros (stored, not copied).
+  // A convolution's rows: the thread's rows are the same at every stage, so where their windows sit
+  // in the input is worked out once. base < 0: a row past m_rows.
+  const tcg::TcConvGeometry& cv = a.conv;
+  const bool conv = cv.kh > 0;
+  long long base[kAPer];
+  int iy0[kAPer], ix0[kAPer];
+#pragma unroll
+  for (int j = 0; j < kAPer; ++j) {
+    const long long m = row0 + (tid + j * kThreads) / 4;
+    base[j] = m < m_rows ? 0 : -1;
+    iy0[j] = ix0[j] = 0;
+    if (conv && m < m_rows) {
+      const int ohw = cv.oh * cv.ow;
+      const long long img = m / ohw;
+      const int pix = int(m - img * ohw), oy = pix / cv.ow, ox = pix - oy * cv.ow;
+      base[j] = img * (long long)cv.h * cv.w * cv.pitch;
+      iy0[j] = oy * cv.sh - cv.pt;
+      ix0[j] = ox * cv.sw - cv.pl;
+    }
+  }
+  // 16-bit x: rows past m_rows, pieces past k and a convolution's taps outside the image are zeros
+  // (stored, not copied). A piece of 8 channels never straddles two taps (pitch is a multiple of 8).
   auto load_a16 = [&](int kt, int buf) {
     const uint16_t* x = static_cast<const uint16_t*>(a.x);
-    for (int c = tid; c < kAChunks; c += kThreads) {
-      const int r = c / 4, p = c % 4;
-      const long long m = row0 + r;
+#pragma unroll
+    for (int j = 0; j < kAPer; ++j) {
+      const int c = tid + j * kThreads, r = c / 4, p = c % 4;
       const int k = kt * kTcgBk + p * 8;
       uint16_t* dst = As + (buf * kBm + r) * kTcgPitch + p * 8;
-      if (m < m_rows && k < a.ldx) copy16(dst, x + size_t(m) * size_t(a.ldx) + size_t(k));
+      const uint16_t* src = nullptr;
+      if (base[j] >= 0 && k < a.k) {
+        if (!conv) {
+          src = x + size_t(row0 + r) * size_t(a.ldx) + size_t(k);
+        } else {
+          const int tap = k / cv.pitch, ch = k - tap * cv.pitch, ky = tap / cv.kw;
+          const int iy = iy0[j] + ky, ix = ix0[j] + tap - ky * cv.kw;
+          if (iy >= 0 && iy < cv.h && ix >= 0 && ix < cv.w)
+            src = x + size_t(base[j]) + (size_t(iy) * size_t(cv.w) + size_t(ix)) * size_t(cv.pitch) + size_t(ch);
+        }
+      }
+      if (src) copy16(dst, src);
       else *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
   };
   // fp32 x: loaded into registers one stage ahead, rounded and stored after the current stage's mma.
+  // A convolution's first layer gathers value by value (its K is small: channels x taps).
   float xv[kAPer][8];
-  const bool vec = a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const bool vec = !conv && a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   auto load_a32 = [&](int kt) {
     const float* x = static_cast<const float*>(a.x);
 #pragma unroll
@@ -92,6 +125,20 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
       const int c = tid + j * kThreads, r = c / 4, p = c % 4;
       const long long m = row0 + r;
       const int k = kt * kTcgBk + p * 8;
+      if (conv) {
+        const int khw = cv.kh * cv.kw;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          xv[j][i] = 0.0f;
+          const int kk = k + i;
+          if (base[j] < 0 || kk >= a.k) continue;
+          const int ch = kk / khw, tap = kk - ch * khw, ky = tap / cv.kw;
+          const int iy = iy0[j] + ky, ix = ix0[j] + tap - ky * cv.kw;
+          if (iy >= 0 && iy < cv.h && ix >= 0 && ix < cv.w)
+            xv[j][i] = x[size_t(base[j]) + (size_t(ch) * size_t(cv.h) + size_t(iy)) * size_t(cv.w) + size_t(ix)];
+        }
+        continue;
+      }
       const float* src = x + size_t(m) * size_t(a.ldx) + size_t(k);
       if (m < m_rows && vec && k + 8 <= a.k) {
         const float4 lo = reinterpret_cast<const float4*>(src)[0], hi = reinterpret_cast<const float4*>(src)[1];
@@ -197,6 +244,40 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
         }
       }
     }
+}
+
+// The order of fp16 / bf16 bits as an unsigned key (sign-magnitude to offset binary).
+__host__ __device__ __forceinline__ unsigned tc_order_key(unsigned bits) {
+  return bits & 0x8000u ? 0xffffu - bits : bits | 0x8000u;
+}
+
+// Piece i of tc_maxpool_forward: 8 channels (one 16-byte piece) of one output pixel, i running over
+// (image, output row, output column, piece).
+__host__ __device__ __forceinline__ void tc_maxpool_piece(const tcg::TcPoolArgs& a, long long i) {
+  const int pieces = a.pitch / 8, ohw = a.oh * a.ow;
+  const long long q = i / pieces;
+  const int piece = int(i - q * pieces);
+  const long long img = q / ohw;
+  const int pix = int(q - img * ohw), oy = pix / a.ow, ox = pix - oy * a.ow;
+  unsigned best[8], key[8];
+  for (int c = 0; c < 8; ++c) best[c] = 0xffffu, key[c] = 0;
+  for (int ky = 0; ky < a.kh; ++ky) {
+    const int iy = oy * a.sh - a.pt + ky;
+    if (iy < 0 || iy >= a.h) continue;
+    for (int kx = 0; kx < a.kw; ++kx) {
+      const int ix = ox * a.sw - a.pl + kx;
+      if (ix < 0 || ix >= a.w) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(
+          a.x + ((size_t(img) * size_t(a.h) + size_t(iy)) * size_t(a.w) + size_t(ix)) * size_t(a.pitch) + piece * 8);
+      const unsigned words[4] = {v.x, v.y, v.z, v.w};
+      for (int c = 0; c < 8; ++c) {
+        const unsigned bits = (words[c / 2] >> (16 * (c % 2))) & 0xffffu, k = tc_order_key(bits);
+        if (k > key[c]) key[c] = k, best[c] = bits;
+      }
+    }
+  }
+  *reinterpret_cast<uint4*>(a.y + size_t(q) * size_t(a.pitch) + piece * 8) =
+      make_uint4(best[0] | best[1] << 16, best[2] | best[3] << 16, best[4] | best[5] << 16, best[6] | best[7] << 16);
 }
 
 }  // namespace ENGINE_TC_ABI

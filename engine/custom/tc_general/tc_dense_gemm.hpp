@@ -1,6 +1,8 @@
 #pragma once
-// tc_dense_forward: one dense layer of the tensor-core general path (tc_general_plan.hpp) as a GEMM
-// on mma.sync m16n8k16, fp16 or bf16 operands, fp32 sums.
+// tc_dense_forward: one dense or convolution layer of the tensor-core general path
+// (tc_general_plan.hpp) as a GEMM on mma.sync m16n8k16, fp16 or bf16 operands, fp32 sums; a
+// convolution is an implicit GEMM (TcConvGeometry: rows are output pixels, k runs over taps and
+// input channels), its output rows the NHWC pixels of the next layer's input.
 //
 //   y[m][n] = r(act(r(bias[n] + sum_k x[m][k] w[n][k])))     r: rounding to the operand type
 //
@@ -44,8 +46,21 @@ inline constexpr int kTcgPitch = 40;    // 16-bit elements per shared-memory row
 inline constexpr int kTcgRowAlign = 128;  // packed weight rows (output channels) padded to this
 inline constexpr int tcg_smem_bytes(const TcgTileShape& t) { return kTcgStages * (t.bm + t.bn) * kTcgPitch * 2; }
 
+// A convolution as an implicit GEMM (kh > 0): row m of x is output pixel m % (oh * ow) of image
+// m / (oh * ow); its k-th value is
+//   16-bit x, NHWC with channel pitch `pitch` (a multiple of 8): tap k / pitch, channel k % pitch;
+//   fp32 x (a first layer), NCHW with `pitch` channels: channel k / (kh kw), tap k % (kh kw);
+// taps (ky, kx) row-major, read at (oy sh - pt + ky, ox sw - pl + kx), zero outside the image.
+struct TcConvGeometry {
+  int kh = 0, kw = 0;       // 0: a dense layer (x is rows of ldx)
+  int sh = 1, sw = 1, pt = 0, pl = 0;
+  int h = 0, w = 0;         // input size
+  int oh = 0, ow = 0;       // output size
+  int pitch = 0;            // channels of an input pixel
+};
+
 struct TcDenseArgs {
-  const void* x = nullptr;  // [m][ldx]: fp32 (x_f32) or 16-bit
+  const void* x = nullptr;  // [m][ldx]: fp32 (x_f32) or 16-bit; a convolution: conv says how rows are read
   bool x_f32 = false;
   int ldx = 0;              // elements between rows of x; 16-bit: a multiple of 8
   int k = 0;                // features of a row of x read (16-bit: ldx; its padding meets zero weights)
@@ -57,6 +72,7 @@ struct TcDenseArgs {
   const float* bias = nullptr;  // [same rows], zeros in the padding
   int k_padded = 0;         // a multiple of kTcgBk
   Activation act = Activation::None;
+  TcConvGeometry conv;
 };
 
 // The tile for `rows` x `cols` outputs on `sms` multiprocessors: 64x32 for at most 32 columns; else
@@ -69,11 +85,23 @@ inline int choose_tcg_tile(long long rows, int cols, int sms) {
   return little_waste && ((rows + 127) / 128) * col_blocks >= sms ? 0 : 1;
 }
 
+// A max pool on 16-bit NHWC activations (channel pitch a multiple of 8), taps outside the image
+// skipped. The maximum of values already in the format is exact: no rounding, the same bits in fp16
+// and bf16 (both order like sign-magnitude integers).
+struct TcPoolArgs {
+  const uint16_t* x = nullptr;  // [n][h][w][pitch]
+  uint16_t* y = nullptr;        // [n][oh][ow][pitch]
+  int h = 0, w = 0, oh = 0, ow = 0, pitch = 0;
+  int kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pl = 0;
+};
+
 // Opts every tile's kernel into its shared memory on the current device; throws CudaError.
 void tcg_prepare(const std::string& context);
 
 // `tile`: an index of kTcgTiles; any gives the same bits.
 void tc_dense_forward(const TcDenseArgs& args, TcgOperands operands, int tile, int m, cudaStream_t stream,
                       const std::string& context);
+
+void tc_maxpool_forward(const TcPoolArgs& args, int n, cudaStream_t stream, const std::string& context);
 
 }  // namespace engine::custom::tcg

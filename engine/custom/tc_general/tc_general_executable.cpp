@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -26,12 +27,18 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
                                               kTcgTileCount - 1));
     tcg_prepare("tensor-core general path: shared-memory limit");
     const char* type = plan_.bf16 ? "bf16" : "fp16";
-    int pitch = 0;
-    for (const TcgLayer& l : plan_.layers)
-      if (!l.last) pitch = std::max(pitch, l.ldy);
-    if (pitch > 0) {
+    long long per_image = 0;
+    int gemms = 0, pools = 0;
+    for (const TcgLayer& l : plan_.layers) {
+      per_image = std::max(per_image, l.out_per_image);
+      (l.kind == TcgKind::MaxPool ? pools : gemms) += 1;
+      if ((long long)l.rows_per_image * max_batch_ > std::numeric_limits<int>::max())
+        throw std::invalid_argument(fmt::format("custom: {}: {} rows per image x batch {} exceed the GEMM's int rows",
+                                                l.context, l.rows_per_image, max_batch_));
+    }
+    if (per_image > 0) {
       for (auto& b : acts_) {
-        b = gpu::DeviceBuffer<uint16_t>(size_t(pitch) * size_t(max_batch_), "tensor-core general activations");
+        b = gpu::DeviceBuffer<uint16_t>(size_t(per_image) * size_t(max_batch_), "tensor-core general activations");
         // All-ones bits are a NaN in fp16 and bf16: a value a layer forgets to write shows downstream.
         CUDA_CHECK_CTX(cudaMemsetAsync(b.data(), 0xff, b.bytes(), stream()), "poisoning the activation buffers");
       }
@@ -49,41 +56,62 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
     summary_ = std::move(header);
     summary_ += "\ntensor-core chain not taken: " + why_not_chain;
     summary_ += fmt::format(
-        "\npath: tensor-core general {} ({} kernel(s): {} dense GEMM(s) on mma.sync m16n8k16 with fused epilogues{}; "
-        "the per-node kernels are not used)",
-        type, kernels, plan_.layers.size(), plan_.softmax_node >= 0 ? ", softmax_forward" : "");
+        "\npath: tensor-core general {} ({} kernel(s): {} dense / conv2d GEMM(s) on mma.sync m16n8k16 with fused "
+        "epilogues{}{}; the per-node kernels are not used)",
+        type, kernels, gemms, pools > 0 ? fmt::format(", {} NHWC maxpool(s)", pools) : "",
+        plan_.softmax_node >= 0 ? ", softmax_forward" : "");
     summary_ += fmt::format(
         "\ntensor-core general: weights and biases rounded to {} and packed once; fp32 sums over k in order; every "
-        "layer's output rounded to {} (and its activation's), stored {} between layers; same bits for any tile and "
-        "batch",
+        "layer's output rounded to {} (and its activation's), stored {} between layers (images as NHWC pixels, "
+        "channels padded to 8); same bits for any tile and batch",
         type, type, type);
     for (size_t i = 0; i < plan_.layers.size(); ++i) {
       TcgLayer& l = plan_.layers[i];
-      TcDenseArgs a;
+      Step step;
+      step.rows_per_image = l.rows_per_image;
+      const void* x = l.first ? static_cast<const void*>(device_value(plan_.input_value)) : acts_[(i + 1) % 2].data();
+      void* y = !l.last ? static_cast<void*>(acts_[i % 2].data())
+                : plan_.softmax_node >= 0 ? static_cast<void*>(logits_.data())
+                                          : static_cast<void*>(device_value(plan_.output_value));
+      if (l.kind == TcgKind::MaxPool) {
+        step.is_pool = true;
+        TcPoolArgs& p = step.pool;
+        p.x = static_cast<const uint16_t*>(x);
+        p.y = static_cast<uint16_t*>(y);
+        p.h = l.conv.h, p.w = l.conv.w, p.oh = l.conv.oh, p.ow = l.conv.ow, p.pitch = l.conv.pitch;
+        p.kh = l.conv.kh, p.kw = l.conv.kw, p.sh = l.conv.sh, p.sw = l.conv.sw, p.pt = l.conv.pt, p.pl = l.conv.pl;
+        steps_.push_back(step);
+        summary_ += fmt::format("\n  {}: tc_maxpool_forward {} NHWC {}x{} -> {}x{}, {} channels of {}", l.context,
+                                type, l.conv.h, l.conv.w, l.conv.oh, l.conv.ow, l.units, l.ldy);
+        continue;
+      }
+      TcDenseArgs& a = step.gemm;
       a.x_f32 = l.first;
       a.ldx = l.ldx;
-      a.k = l.first ? l.in_features : l.ldx;
+      a.k = l.kind == TcgKind::Conv || l.first ? l.in_features : l.ldx;
       a.y_f32 = l.last;
       a.ldy = l.ldy;
       a.cols = l.last ? l.units : l.ldy;
       a.k_padded = l.k_padded;
       a.act = l.act;
-      a.x = l.first ? static_cast<const void*>(device_value(plan_.input_value)) : acts_[(i + 1) % 2].data();
-      a.y = !l.last ? static_cast<void*>(acts_[i % 2].data())
-            : plan_.softmax_node >= 0 ? static_cast<void*>(logits_.data())
-                                      : static_cast<void*>(device_value(plan_.output_value));
+      if (l.kind == TcgKind::Conv) a.conv = l.conv;
+      a.x = x;
+      a.y = y;
       a.w = upload(l.weight, "weights of " + l.context);
       a.bias = upload(l.bias, "bias of " + l.context);
       l.weight.clear();
       l.weight.shrink_to_fit();
-      args_.push_back(a);
+      steps_.push_back(step);
+      const std::string input =
+          l.first ? std::string("fp32 rounded while staged")
+          : l.kind == TcgKind::Conv ? fmt::format("{} NHWC {}x{} pixels of {}", type, l.conv.h, l.conv.w, l.conv.pitch)
+                                    : fmt::format("{} rows of {}", type, l.ldx);
       summary_ += fmt::format(
-          "\n  {}: tc_dense_forward {} M = batch N = {} K = {} padded to {}, input {}, output {}; tile {} at batch {}, "
-          "{} at batch 1",
-          l.context, type, l.units, l.in_features, l.k_padded,
-          l.first ? "fp32 rounded while staged" : fmt::format("{} rows of {}", type, l.ldx),
-          l.last ? "fp32" : fmt::format("{} rows of {}", type, l.ldy), tcg_tile_name(tile_for(a, max_batch_)),
-          max_batch_, tcg_tile_name(tile_for(a, 1)));
+          "\n  {}: tc_dense_forward {} M = batch x {} N = {} K = {} padded to {}, input {}, output {}; tile {} at batch "
+          "{}, {} at batch 1",
+          l.context, type, l.rows_per_image, l.units, l.in_features, l.k_padded, input,
+          l.last ? "fp32" : fmt::format("{} rows of {}", type, l.ldy), tcg_tile_name(tile_for(step, max_batch_)),
+          max_batch_, tcg_tile_name(tile_for(step, 1)));
     }
     if (plan_.softmax_node >= 0)
       summary_ += fmt::format("\n  node '{}' (softmax): softmax_forward (fp32, one warp per row)",
@@ -93,8 +121,11 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
 
   void forward(int n) override {
     const TcgOperands ops = plan_.bf16 ? TcgOperands::BF16 : TcgOperands::FP16;
-    for (size_t i = 0; i < args_.size(); ++i)
-      tc_dense_forward(args_[i], ops, tile_for(args_[i], n), n, stream(), plan_.layers[i].context);
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const Step& s = steps_[i];
+      if (s.is_pool) tc_maxpool_forward(s.pool, n, stream(), plan_.layers[i].context);
+      else tc_dense_forward(s.gemm, ops, tile_for(s, n), n * s.rows_per_image, stream(), plan_.layers[i].context);
+    }
     if (plan_.softmax_node >= 0)
       softmax_forward(logits_.data(), device_value(plan_.output_value), n, plan_.layers.back().units, softmax_,
                       stream(), "tensor-core general path: softmax");
@@ -103,7 +134,17 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
   std::string execution_path() const override { return path_; }
 
  private:
-  int tile_for(const TcDenseArgs& a, int n) const { return forced_tile_ ? *forced_tile_ : choose_tcg_tile(n, a.cols, sms_); }
+  // One layer's launch: a GEMM (dense, conv2d) or a maxpool.
+  struct Step {
+    bool is_pool = false;
+    int rows_per_image = 1;
+    TcDenseArgs gemm;
+    TcPoolArgs pool;
+  };
+
+  int tile_for(const Step& s, int n) const {
+    return forced_tile_ ? *forced_tile_ : choose_tcg_tile((long long)n * s.rows_per_image, s.gemm.cols, sms_);
+  }
 
   template <class E>
   const E* upload(const std::vector<E>& host, const std::string& what) {
@@ -122,7 +163,7 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
   gpu::DeviceBuffer<uint16_t> acts_[2];
   gpu::DeviceBuffer<float> logits_;
   SoftmaxLaunch softmax_;
-  std::vector<TcDenseArgs> args_;
+  std::vector<Step> steps_;
   std::vector<gpu::DeviceBuffer<uint16_t>> halves_;
   std::vector<gpu::DeviceBuffer<float>> floats_;
   std::string path_;

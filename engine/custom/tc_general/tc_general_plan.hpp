@@ -1,14 +1,18 @@
 #pragma once
 // The custom backend's tensor-core general path for --precision fp16 | bf16 (host side, no CUDA
-// calls): the plan for the graphs it takes so far, chains of dense layers,
+// calls): the plan for the graphs it takes so far, chains of
 //
-//   input -> [flatten] -> dense [-> act] -> ... -> dense [-> act] [-> softmax]      (act: relu, tanh, sigmoid)
+//   input -> (conv2d [-> act] | maxpool)* -> [flatten] -> dense [-> act] -> ... -> dense [-> act] [-> softmax]
 //
-// every dense layer one GEMM (tc_dense_gemm.hpp) with its activation in the epilogue, activations
-// between layers stored in the 16-bit format (rows padded to 8 elements), the first layer rounding
-// the preprocessed fp32 input while it stages it, the last writing fp32. Weights are packed here
-// once into the kernel's layout. Any other graph is refused with the node and the reason; it runs
-// the per-node tensor-core path (tc_gemm.hpp).
+// (act: relu, tanh, sigmoid), every conv2d and dense layer one GEMM (tc_dense_gemm.hpp; a conv2d an
+// implicit GEMM) with its activation in the epilogue, every maxpool one small kernel. Activations
+// between layers are stored in the 16-bit format: a conv2d's or maxpool's as NHWC pixels with the
+// channels padded to 8, a dense layer's as rows padded to 8 elements. The first layer rounds the
+// preprocessed fp32 input (NCHW) while it stages it; the last, a dense layer, writes fp32. Weights
+// are packed here once into the kernel's layout: a conv2d's k runs over (tap, padded channel), and
+// the first dense layer after NHWC pixels takes its weights permuted from the model's NCHW flatten
+// order, so no activation is ever transposed. Any other graph is refused with the node and the
+// reason; it runs the per-node tensor-core path (tc_gemm.hpp).
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -16,17 +20,24 @@
 
 #include "engine/core/graph.hpp"
 #include "engine/custom/launch_common.hpp"
+#include "engine/custom/tc_general/tc_dense_gemm.hpp"
 
 namespace engine::custom::tcg {
 
+enum class TcgKind { Dense, Conv, MaxPool };
+
 struct TcgLayer {
-  int node = -1;            // the dense node (graph index)
-  int in_features = 0, units = 0;
+  TcgKind kind = TcgKind::Dense;
+  int node = -1;            // the dense / conv2d / maxpool node (graph index)
+  int in_features = 0, units = 0;  // a conv2d: K before padding, output channels
+  int rows_per_image = 1;   // GEMM rows (conv2d, maxpool: output pixels)
+  TcConvGeometry conv;      // conv2d and maxpool: the window and sizes (pitch: input channels as stored)
+  long long out_per_image = 0;  // 16-bit elements of the output per image (not the last layer)
   Activation act = Activation::None;
   bool first = false, last = false;
-  int ldx = 0;              // input row pitch: the first layer in_features (fp32), else the previous ldy
+  int ldx = 0;              // dense input row pitch: the first layer in_features (fp32), else as stored
   int ldy = 0;              // output row pitch: 16-bit round_up(units, 8); the last layer units (fp32)
-  int k_padded = 0;         // ldx rounded up to kTcgBk
+  int k_padded = 0;         // K rounded up to kTcgBk
   int rows_padded = 0;      // units rounded up to kTcgRowAlign
   std::vector<uint16_t> weight;  // [rows_padded][k_padded], fp16 or bf16 bits, zeros in the padding
   std::vector<float> bias;       // [rows_padded]
@@ -42,7 +53,8 @@ struct TcgPlan {
   std::vector<int> nodes;   // every node of the graph (one fusion group)
 };
 
-// The plan, or why this path does not take the graph (naming the node).
-std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16);
+// The plan, or why this path does not take the graph (naming the node). `convolutions`: false
+// refuses conv2d and maxpool nodes (TcGeneralOptions::convolutions).
+std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16, bool convolutions);
 
 }  // namespace engine::custom::tcg

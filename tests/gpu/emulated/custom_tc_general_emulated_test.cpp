@@ -1,10 +1,12 @@
-// The tensor-core general path's dense GEMM (engine/custom/tc_general/tc_dense_gemm.cuh) on emulated
-// warps (fused/tc_warp.cuh: lanes as host threads, ldmatrix and mma.sync from the PTX fragment
+// The tensor-core general path's dense / conv2d GEMM and maxpool (engine/custom/tc_general/tc_dense_gemm.cuh)
+// on emulated warps (fused/tc_warp.cuh: lanes as host threads, ldmatrix and mma.sync from the PTX fragment
 // layouts), layer after layer on plans from plan_tc_general, against the reference's emulation
 // written plainly on the host: input, weights and bias rounded to the format, sums in double, every
 // dense output and activation output rounded. Shapes: features not multiples of 4 or 8 (the fp32
 // input's scalar loads), units past one 128-column block and below 32, rows not multiples of any
-// tile; activation buffers and outputs poisoned. Every tile gives the same bits, and so does every
+// tile; convolutions 3x3 and 5x5, 'same' and 'valid', stride 1 and 2, odd channels (padded to 8)
+// and odd image sizes, max pools with and without padding, the NCHW flatten into a dense layer;
+// activation buffers and outputs poisoned. Every tile gives the same bits, and so does every
 // batch split.
 #include <gtest/gtest.h>
 
@@ -72,6 +74,32 @@ std::vector<Case> cases() {
        20},
       {"one layer 40 -> 300, 70 rows", ModelBuilder("one", {40}).dense("d", "x", 40, 300, 31).outputs({"d"}).build(),
        70},
+      {"[3,7,9] conv 3x3 same -> 12 relu -> conv 3x3 valid -> 5 tanh -> maxpool 2x2 (5x7 -> 2x3) -> 10, 9 images",
+       ModelBuilder("conv_odd", {3, 7, 9})
+           .conv2d("c1", "x", 3, 12, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 51)
+           .unary("r1", OpType::Relu, "c1")
+           .conv2d("c2", "r1", 12, 5, testing_support::window(3, 3, 1, 1), 52)
+           .unary("t2", OpType::Tanh, "c2")
+           .pool("p", OpType::MaxPool, "t2", testing_support::window(2, 2, 2, 2))
+           .unary("f", OpType::Flatten, "p")
+           .dense("d", "f", 30, 10, 53)
+           .outputs({"d"})
+           .build(),
+       9},
+      {"[1,6,6] conv 5x5 pad 2 -> 20 relu -> maxpool 3x3 stride 2 pad 1 -> conv 3x3 stride 2 pad 1 -> 40 sigmoid -> "
+       "dense 7 relu, 8 images",
+       ModelBuilder("conv_5x5", {1, 6, 6})
+           .conv2d("c1", "x", 1, 20, testing_support::window(5, 5, 1, 1, 2, 2, 2, 2), 61)
+           .unary("r1", OpType::Relu, "c1")
+           .pool("p", OpType::MaxPool, "r1", testing_support::window(3, 3, 2, 2, 1, 1, 1, 1))
+           .conv2d("c2", "p", 20, 40, testing_support::window(3, 3, 2, 2, 1, 1, 1, 1), 62)
+           .unary("s2", OpType::Sigmoid, "c2")
+           .unary("f", OpType::Flatten, "s2")
+           .dense("d", "f", 160, 7, 63)
+           .unary("r", OpType::Relu, "d")
+           .outputs({"r"})
+           .build(),
+       8},
   };
 }
 
@@ -100,22 +128,31 @@ void run_layer(const tcg::TcDenseArgs& a, int tile, int m) {
   else run_layer<T, 2>(a, m);
 }
 
-// The plan's layers on the first n rows of x, every layer on `tile` (-1: choose_tcg_tile with 132 SMs).
+// The plan's layers on the first n images of x, every GEMM on `tile` (-1: choose_tcg_tile with 132 SMs).
 template <class T>
 std::vector<float> run_plan(const tcg::TcgPlan& plan, const std::vector<float>& x, int n, int tile) {
-  int pitch = 8;
-  for (const auto& l : plan.layers) pitch = std::max(pitch, l.ldy);
-  std::vector<uint16_t> acts[2] = {std::vector<uint16_t>(size_t(n) * pitch, 0xffff),
-                                   std::vector<uint16_t>(size_t(n) * pitch, 0xffff)};
+  long long per_image = 8;
+  for (const auto& l : plan.layers) per_image = std::max(per_image, l.out_per_image);
+  std::vector<uint16_t> acts[2] = {std::vector<uint16_t>(size_t(n * per_image), 0xffff),
+                                   std::vector<uint16_t>(size_t(n * per_image), 0xffff)};
   std::vector<float> y(size_t(n) * plan.layers.back().units, std::nanf(""));
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const tcg::TcgLayer& l = plan.layers[i];
+    if (l.kind == tcg::TcgKind::MaxPool) {
+      tcg::TcPoolArgs p;
+      p.x = acts[(i + 1) % 2].data();
+      p.y = acts[i % 2].data();
+      p.h = l.conv.h, p.w = l.conv.w, p.oh = l.conv.oh, p.ow = l.conv.ow, p.pitch = l.conv.pitch;
+      p.kh = l.conv.kh, p.kw = l.conv.kw, p.sh = l.conv.sh, p.sw = l.conv.sw, p.pt = l.conv.pt, p.pl = l.conv.pl;
+      for (long long q = 0; q < (long long)n * p.oh * p.ow * (p.pitch / 8); ++q) tc::tc_maxpool_piece(p, q);
+      continue;
+    }
     std::vector<float> bias = l.bias;
     tcg::TcDenseArgs a;
     a.x = l.first ? static_cast<const void*>(x.data()) : acts[(i + 1) % 2].data();
     a.x_f32 = l.first;
     a.ldx = l.ldx;
-    a.k = l.first ? l.in_features : l.ldx;
+    a.k = l.kind == tcg::TcgKind::Conv || l.first ? l.in_features : l.ldx;
     a.y = l.last ? static_cast<void*>(y.data()) : static_cast<void*>(acts[i % 2].data());
     a.y_f32 = l.last;
     a.ldy = l.ldy;
@@ -124,21 +161,25 @@ std::vector<float> run_plan(const tcg::TcgPlan& plan, const std::vector<float>& 
     a.bias = bias.data();
     a.k_padded = l.k_padded;
     a.act = l.act;
-    run_layer<T>(a, tile >= 0 ? tile : tcg::choose_tcg_tile(n, a.cols, 132), n);
+    if (l.kind == tcg::TcgKind::Conv) a.conv = l.conv;
+    const int m = n * l.rows_per_image;
+    run_layer<T>(a, tile >= 0 ? tile : tcg::choose_tcg_tile(m, a.cols, 132), m);
   }
   return y;
 }
 
-// The reference's emulation of the format, written plainly.
+// The reference's emulation of the format, written plainly on NCHW images.
 std::vector<float> emulate(const formats::Model& model, const std::vector<float>& x, int n, bool bf16) {
   auto r = [&](double v) {
     return bf16 ? engine::reference::round_to_bf16(float(v)) : engine::reference::round_to_fp16(float(v));
   };
-  const int in = int(x.size()) / n;
+  const formats::Shape& in_shape = model.input.shape;
+  int ch = int(in_shape[0]), h = in_shape.size() == 3 ? int(in_shape[1]) : 1, w = in_shape.size() == 3 ? int(in_shape[2]) : 1;
   std::vector<float> cur(x.size());
   for (size_t i = 0; i < x.size(); ++i) cur[i] = r(x[i]);
-  int width = in;
+  int width = int(x.size()) / n;
   for (const formats::Node& node : model.nodes) {
+    const formats::Window2D& win = node.window;
     if (node.op == OpType::Dense) {
       const int units = int(node.bias->values.size());
       std::vector<float> out(size_t(n) * units);
@@ -151,6 +192,35 @@ std::vector<float> emulate(const formats::Model& model, const std::vector<float>
         }
       cur = std::move(out);
       width = units;
+    } else if (node.op == OpType::Conv2D || node.op == OpType::MaxPool) {
+      const int oc = node.op == OpType::Conv2D ? node.out_channels : ch;
+      const int oh = (h + win.pad_top + win.pad_bottom - win.kernel_h) / win.stride_h + 1;
+      const int ow = (w + win.pad_left + win.pad_right - win.kernel_w) / win.stride_w + 1;
+      std::vector<float> out(size_t(n) * oc * oh * ow);
+      for (int m = 0; m < n; ++m)
+        for (int o = 0; o < oc; ++o)
+          for (int oy = 0; oy < oh; ++oy)
+            for (int ox = 0; ox < ow; ++ox) {
+              double sum = node.op == OpType::Conv2D ? r(node.bias->values[size_t(o)]) : -INFINITY;
+              for (int c = 0; c < ch; ++c) {
+                if (node.op == OpType::MaxPool && c != o) continue;
+                for (int ky = 0; ky < win.kernel_h; ++ky)
+                  for (int kx = 0; kx < win.kernel_w; ++kx) {
+                    const int iy = oy * win.stride_h - win.pad_top + ky, ix = ox * win.stride_w - win.pad_left + kx;
+                    if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                    const double v = cur[((size_t(m) * ch + c) * h + iy) * w + ix];
+                    if (node.op == OpType::MaxPool) {
+                      sum = std::max(sum, v);
+                    } else {
+                      sum += v * double(r(node.weight->values[((size_t(o) * ch + c) * win.kernel_h + ky) * win.kernel_w + kx]));
+                    }
+                  }
+              }
+              out[((size_t(m) * oc + o) * oh + oy) * ow + ox] = r(sum);
+            }
+      cur = std::move(out);
+      ch = oc, h = oh, w = ow;
+      width = ch * h * w;
     } else if (node.op != OpType::Flatten) {
       const Activation act = node.op == OpType::Relu ? Activation::Relu
                              : node.op == OpType::Tanh ? Activation::Tanh
@@ -168,7 +238,7 @@ TEST_P(TcGeneralEmulated, MatchesTheEmulationAndGivesTheSameBitsOnEveryTileAndSp
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
     const engine::Graph graph = engine::plan_graph(c.model);
-    auto planned = tcg::plan_tc_general(graph, bf16);
+    auto planned = tcg::plan_tc_general(graph, bf16, true);
     ASSERT_TRUE(std::holds_alternative<tcg::TcgPlan>(planned)) << std::get<std::string>(planned);
     const tcg::TcgPlan& plan = std::get<tcg::TcgPlan>(planned);
     const int in = int(graph.value(graph.input).elements);
@@ -217,16 +287,36 @@ TEST(TcGeneralPlan, RefusesWhatItDoesNotTake) {
                         .dense("d", "f", 32, 3, 42)
                         .outputs({"d"})
                         .build();
-  auto p = tcg::plan_tc_general(engine::plan_graph(conv), false);
+  auto p = tcg::plan_tc_general(engine::plan_graph(conv), false, false);
   ASSERT_TRUE(std::holds_alternative<std::string>(p));
-  EXPECT_NE(std::get<std::string>(p).find("node 'c' (conv2d)"), std::string::npos) << std::get<std::string>(p);
+  EXPECT_NE(std::get<std::string>(p).find("node 'c' (conv2d): convolutions are off"), std::string::npos)
+      << std::get<std::string>(p);
+  EXPECT_TRUE(std::holds_alternative<tcg::TcgPlan>(tcg::plan_tc_general(engine::plan_graph(conv), false, true)));
+  const auto avg = ModelBuilder("avg", {2, 6, 6})
+                       .conv2d("c", "x", 2, 4, testing_support::window(3, 3, 1, 1), 45)
+                       .pool("a", OpType::AvgPool, "c", testing_support::window(2, 2, 2, 2))
+                       .unary("f", OpType::Flatten, "a")
+                       .dense("d", "f", 16, 3, 46)
+                       .outputs({"d"})
+                       .build();
+  p = tcg::plan_tc_general(engine::plan_graph(avg), false, true);
+  ASSERT_TRUE(std::holds_alternative<std::string>(p));
+  EXPECT_NE(std::get<std::string>(p).find("node 'a' (avgpool)"), std::string::npos) << std::get<std::string>(p);
+  const auto conv_out = ModelBuilder("conv_out", {1, 6, 6})
+                            .conv2d("c", "x", 1, 2, testing_support::window(3, 3, 1, 1), 47)
+                            .outputs({"c"})
+                            .build();
+  p = tcg::plan_tc_general(engine::plan_graph(conv_out), false, true);
+  ASSERT_TRUE(std::holds_alternative<std::string>(p));
+  EXPECT_NE(std::get<std::string>(p).find("does not end with a dense layer"), std::string::npos)
+      << std::get<std::string>(p);
   const auto two_outputs = ModelBuilder("two", {8})
                                .dense("d1", "x", 8, 4, 43)
                                .unary("r", OpType::Relu, "d1")
                                .dense("d2", "r", 4, 2, 44)
                                .outputs({"d2", "d1"})
                                .build();
-  p = tcg::plan_tc_general(engine::plan_graph(two_outputs), false);
+  p = tcg::plan_tc_general(engine::plan_graph(two_outputs), false, true);
   ASSERT_TRUE(std::holds_alternative<std::string>(p));
   EXPECT_NE(std::get<std::string>(p).find("2 graph outputs"), std::string::npos) << std::get<std::string>(p);
 }
