@@ -1,7 +1,9 @@
 // The custom backend's tensor-core general path (engine/custom/tc_general/: fp16 / bf16 chains of
-// dense layers with 16-bit activations between GEMMs) on the device: against the reference
-// backend's emulation of the same format on fresh random inputs (odd feature counts, units past one
-// 128-column block and below 32, activations, softmax; outputs poisoned by the harness), the same
+// conv2d, maxpool and dense layers with 16-bit activations between GEMMs) on the device: against the
+// reference backend's emulation of the same format on fresh random inputs (odd feature counts and
+// channels, odd image sizes, 3x3 and 5x5 convolutions 'same' and 'valid', stride 1 and 2, padded
+// pools, units past one 128-column block and below 32, activations, softmax; outputs poisoned by
+// the harness), the same
 // bits for every block tile and every batch split (1, 7, 64 of 300), past 65,535 images, the plan
 // text and what it refuses, and the committed seed MLP on MNIST against fp32 within
 // docs/design/precision.md's bounds.
@@ -32,10 +34,11 @@ namespace {
 using formats::OpType;
 using testing_support::ModelBuilder;
 
-std::unique_ptr<engine::Backend> backend(std::optional<int> tile = std::nullopt) {
+std::unique_ptr<engine::Backend> backend(std::optional<int> tile = std::nullopt, bool convolutions = true) {
   engine::custom::CustomOptions options;
   options.precision_choice = engine::gpu::PrecisionChoice::AsAsked;  // exactly the precision asked
   options.tc_general.tile = tile;
+  options.tc_general.convolutions = convolutions;
   return engine::custom::make_custom_backend(options);
 }
 
@@ -76,6 +79,43 @@ std::vector<std::shared_ptr<formats::Model>> models() {
                   .outputs({"d2"})
                   .build());
   m.push_back(ModelBuilder("one_dense", {64}).dense("d", "x", 64, 300, seed++).outputs({"d"}).build());
+  m.push_back(ModelBuilder("conv_odd", {3, 7, 9})
+                  .conv2d("c1", "x", 3, 12, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .unary("r1", OpType::Relu, "c1")
+                  .conv2d("c2", "r1", 12, 5, testing_support::window(3, 3, 1, 1), seed++)
+                  .unary("t2", OpType::Tanh, "c2")
+                  .pool("p", OpType::MaxPool, "t2", testing_support::window(2, 2, 2, 2))
+                  .unary("f", OpType::Flatten, "p")
+                  .dense("d", "f", 30, 10, seed++)
+                  .unary("s", OpType::Softmax, "d")
+                  .outputs({"s"})
+                  .build());
+  m.push_back(ModelBuilder("vgg_like", {1, 12, 12})
+                  .conv2d("c1", "x", 1, 32, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .unary("r1", OpType::Relu, "c1")
+                  .conv2d("c2", "r1", 32, 32, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .unary("r2", OpType::Relu, "c2")
+                  .pool("p1", OpType::MaxPool, "r2", testing_support::window(2, 2, 2, 2))
+                  .conv2d("c3", "p1", 32, 130, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .unary("r3", OpType::Relu, "c3")
+                  .pool("p2", OpType::MaxPool, "r3", testing_support::window(2, 2, 2, 2))
+                  .unary("f", OpType::Flatten, "p2")
+                  .dense("d1", "f", 1170, 40, seed++)
+                  .unary("r4", OpType::Relu, "d1")
+                  .dense("d2", "r4", 40, 10, seed++)
+                  .unary("s", OpType::Softmax, "d2")
+                  .outputs({"s"})
+                  .build());
+  m.push_back(ModelBuilder("conv5x5_stride2", {1, 6, 6})
+                  .conv2d("c1", "x", 1, 20, testing_support::window(5, 5, 1, 1, 2, 2, 2, 2), seed++)
+                  .unary("r1", OpType::Relu, "c1")
+                  .pool("p", OpType::MaxPool, "r1", testing_support::window(3, 3, 2, 2, 1, 1, 1, 1))
+                  .conv2d("c2", "p", 20, 40, testing_support::window(3, 3, 2, 2, 1, 1, 1, 1), seed++)
+                  .unary("g", OpType::Sigmoid, "c2")
+                  .unary("f", OpType::Flatten, "g")
+                  .dense("d", "f", 160, 7, seed++)
+                  .outputs({"d"})
+                  .build());
   return m;
 }
 
@@ -162,8 +202,14 @@ TEST(CustomTcGeneral, PlanAndRefusals) {
                         .dense("d", "f", 48, 5, 9991)
                         .outputs({"d"})
                         .build();
-  const auto other = backend()->compile(engine::plan_graph(conv), with(engine::Precision::BF16, 8));
-  EXPECT_NE(other->execution_path().find("not the tensor-core general path: node 'c' (conv2d)"), std::string::npos)
+  const auto with_convs = backend()->compile(engine::plan_graph(conv), with(engine::Precision::BF16, 8));
+  EXPECT_NE(with_convs->plan_summary().find("node 'c' (conv2d): tc_dense_forward bf16 M = batch x 16 N = 3 K = 18 "
+                                            "padded to 32, input fp32 rounded while staged, output bf16 rows of 8"),
+            std::string::npos)
+      << with_convs->plan_summary();
+  const auto other = backend(std::nullopt, false)->compile(engine::plan_graph(conv), with(engine::Precision::BF16, 8));
+  EXPECT_NE(other->execution_path().find("not the tensor-core general path: node 'c' (conv2d): convolutions are off"),
+            std::string::npos)
       << other->execution_path();
   engine::CompileOptions no_fuse = with(engine::Precision::FP16, 8);
   no_fuse.fuse = false;

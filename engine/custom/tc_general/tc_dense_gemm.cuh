@@ -51,6 +51,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   constexpr int kBChunks = kBn * (kTcgBk / 8);
   constexpr int kAPer = kAChunks / kThreads;     // pieces of the x tile each thread loads per stage
   static_assert(kAChunks % kThreads == 0, "every thread loads the same number of pieces");
+  static_assert(kThreads % 4 == 0, "a thread's pieces of x sit at one k");
 
   const int col_blocks = (a.cols + kBn - 1) / kBn;
   const long long block_m = block / col_blocks;
@@ -94,18 +95,23 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   // (stored, not copied). A piece of 8 channels never straddles two taps (pitch is a multiple of 8).
   auto load_a16 = [&](int kt, int buf) {
     const uint16_t* x = static_cast<const uint16_t*>(a.x);
+    // Every piece of this thread is at the same k (kThreads is a multiple of 4): its tap once per stage.
+    const int k = kt * kTcgBk + (tid % 4) * 8;
+    int ch = k, ky = 0, kx = 0;
+    if (conv) {
+      const int tap = k / cv.pitch;
+      ch = k - tap * cv.pitch, ky = tap / cv.kw, kx = tap - ky * cv.kw;
+    }
 #pragma unroll
     for (int j = 0; j < kAPer; ++j) {
-      const int c = tid + j * kThreads, r = c / 4, p = c % 4;
-      const int k = kt * kTcgBk + p * 8;
-      uint16_t* dst = As + (buf * kBm + r) * kTcgPitch + p * 8;
+      const int r = (tid + j * kThreads) / 4;
+      uint16_t* dst = As + (buf * kBm + r) * kTcgPitch + (tid % 4) * 8;
       const uint16_t* src = nullptr;
       if (base[j] >= 0 && k < a.k) {
         if (!conv) {
           src = x + size_t(row0 + r) * size_t(a.ldx) + size_t(k);
         } else {
-          const int tap = k / cv.pitch, ch = k - tap * cv.pitch, ky = tap / cv.kw;
-          const int iy = iy0[j] + ky, ix = ix0[j] + tap - ky * cv.kw;
+          const int iy = iy0[j] + ky, ix = ix0[j] + kx;
           if (iy >= 0 && iy < cv.h && ix >= 0 && ix < cv.w)
             src = x + size_t(base[j]) + (size_t(iy) * size_t(cv.w) + size_t(ix)) * size_t(cv.pitch) + size_t(ch);
         }

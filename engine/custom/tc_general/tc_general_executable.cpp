@@ -107,9 +107,9 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
           : l.kind == TcgKind::Conv ? fmt::format("{} NHWC {}x{} pixels of {}", type, l.conv.h, l.conv.w, l.conv.pitch)
                                     : fmt::format("{} rows of {}", type, l.ldx);
       summary_ += fmt::format(
-          "\n  {}: tc_dense_forward {} M = batch x {} N = {} K = {} padded to {}, input {}, output {}; tile {} at batch "
+          "\n  {}: tc_dense_forward {} M = batch{} N = {} K = {} padded to {}, input {}, output {}; tile {} at batch "
           "{}, {} at batch 1",
-          l.context, type, l.rows_per_image, l.units, l.in_features, l.k_padded, input,
+          l.context, type, l.rows_per_image > 1 ? fmt::format(" x {}", l.rows_per_image) : "", l.units, l.in_features, l.k_padded, input,
           l.last ? "fp32" : fmt::format("{} rows of {}", type, l.ldy), tcg_tile_name(tile_for(step, max_batch_)),
           max_batch_, tcg_tile_name(tile_for(step, 1)));
     }
