@@ -223,15 +223,16 @@ TEST(CustomTcGeneral, PlanAndRefusals) {
   EXPECT_NE(per_node->execution_path().find("per-node kernels"), std::string::npos) << per_node->execution_path();
 }
 
-// The committed seed MLP on MNIST: fp16 >= 99.9 % and bf16 >= 99.7 % the same class as fp32 (the
-// reference), max |dp| within 1e-2 / 5e-2; bitwise repeatable. (The zoo's MLPs:
-// dev/gpu_fp16/device_run.sh's accuracy part.)
-TEST(CustomTcGeneral, SeedMlpOnMnist) {
+// The committed seed MLP and CNN (2x2 convolutions padded at the bottom and right, a 4x4 max pool)
+// on MNIST: fp16 >= 99.9 % and bf16 >= 99.7 % the same class as fp32 (the reference), max |dp|
+// within 1e-2 / 5e-2; bitwise repeatable. (The zoo's models: dev/gpu_fp16/device_run.sh's accuracy
+// part.)
+TEST(CustomTcGeneral, SeedModelsOnMnist) {
   ENGINE_SKIP_UNLESS_BACKEND("custom");
   const auto& images = gpu_test::mnist_images();
   if (images.count == 0) GTEST_SKIP() << gpu_test::mnist_images_path() << " not found";
-  const std::vector<std::string> paths{
-      (std::filesystem::path(testing_support::lenet5_path()).parent_path() / "seed003-mlp.json").string()};
+  const auto dir = std::filesystem::path(testing_support::lenet5_path()).parent_path();
+  const std::vector<std::string> paths{(dir / "seed003-mlp.json").string(), (dir / "seed002-cnn.json").string()};
   int ran = 0;
   for (const std::string& path : paths) {
     if (!std::filesystem::exists(path)) continue;

@@ -126,22 +126,30 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   const bool vec = !conv && a.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   auto load_a32 = [&](int kt) {
     const float* x = static_cast<const float*>(a.x);
+    const int k = kt * kTcgBk + (tid % 4) * 8;  // the same for every piece of this thread
+    // A convolution: the 8 values' channel offsets and taps, once per stage (values past K get a
+    // row far outside the image).
+    int off[8], eky[8], ekx[8];
+    if (conv) {
+      const int khw = cv.kh * cv.kw;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int kk = k + i, ch = kk / khw, tap = kk - ch * khw;
+        eky[i] = kk < a.k ? tap / cv.kw : -(1 << 29);  // every row out of the image
+        ekx[i] = tap - (tap / cv.kw) * cv.kw;
+        off[i] = ch * cv.h * cv.w;
+      }
+    }
 #pragma unroll
     for (int j = 0; j < kAPer; ++j) {
-      const int c = tid + j * kThreads, r = c / 4, p = c % 4;
-      const long long m = row0 + r;
-      const int k = kt * kTcgBk + p * 8;
+      const long long m = row0 + (tid + j * kThreads) / 4;
       if (conv) {
-        const int khw = cv.kh * cv.kw;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          xv[j][i] = 0.0f;
-          const int kk = k + i;
-          if (base[j] < 0 || kk >= a.k) continue;
-          const int ch = kk / khw, tap = kk - ch * khw, ky = tap / cv.kw;
-          const int iy = iy0[j] + ky, ix = ix0[j] + tap - ky * cv.kw;
-          if (iy >= 0 && iy < cv.h && ix >= 0 && ix < cv.w)
-            xv[j][i] = x[size_t(base[j]) + (size_t(ch) * size_t(cv.h) + size_t(iy)) * size_t(cv.w) + size_t(ix)];
+          const int iy = iy0[j] + eky[i], ix = ix0[j] + ekx[i];
+          xv[j][i] = base[j] >= 0 && iy >= 0 && iy < cv.h && ix >= 0 && ix < cv.w
+                         ? x[size_t(base[j]) + size_t(off[i]) + size_t(iy) * size_t(cv.w) + size_t(ix)]
+                         : 0.0f;
         }
         continue;
       }

@@ -74,18 +74,18 @@ std::vector<Case> cases() {
        20},
       {"one layer 40 -> 300, 70 rows", ModelBuilder("one", {40}).dense("d", "x", 40, 300, 31).outputs({"d"}).build(),
        70},
-      {"[3,7,9] conv 3x3 same -> 12 relu -> conv 3x3 valid -> 5 tanh -> maxpool 2x2 (5x7 -> 2x3) -> 10, 9 images",
-       ModelBuilder("conv_odd", {3, 7, 9})
+      {"[3,6,7] conv 3x3 same -> 12 relu -> conv 3x3 valid -> 5 tanh -> maxpool 2x2 (4x5 -> 2x2) -> 10, 8 images",
+       ModelBuilder("conv_odd", {3, 6, 7})
            .conv2d("c1", "x", 3, 12, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 51)
            .unary("r1", OpType::Relu, "c1")
            .conv2d("c2", "r1", 12, 5, testing_support::window(3, 3, 1, 1), 52)
            .unary("t2", OpType::Tanh, "c2")
            .pool("p", OpType::MaxPool, "t2", testing_support::window(2, 2, 2, 2))
            .unary("f", OpType::Flatten, "p")
-           .dense("d", "f", 30, 10, 53)
+           .dense("d", "f", 20, 10, 53)
            .outputs({"d"})
            .build(),
-       9},
+       8},
       {"[1,6,6] conv 5x5 pad 2 -> 20 relu -> maxpool 3x3 stride 2 pad 1 -> conv 3x3 stride 2 pad 1 -> 40 sigmoid -> "
        "dense 7 relu, 8 images",
        ModelBuilder("conv_5x5", {1, 6, 6})
