@@ -7,26 +7,41 @@
 namespace engine::custom::tcg {
 namespace {
 
-template <class T, int kTile>
+template <class T, int kTile, int kRead>
 __global__ void __launch_bounds__(kTcgTiles[kTile].threads())
     tc_dense_kernel(const __grid_constant__ TcDenseArgs a, int m) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr TcgTileShape s = kTcgTiles[kTile];
-  tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn>(a, m, (long long)blockIdx.x, int(threadIdx.x), smem);
+  tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, kRead>(a, m, (long long)blockIdx.x, int(threadIdx.x), smem);
+}
+
+template <class T, int kTile, int kRead>
+void set_smem(const std::string& context) {
+  CUDA_CHECK_CTX(cudaFuncSetAttribute(tc_dense_kernel<T, kTile, kRead>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      tcg_smem_bytes(kTcgTiles[kTile])),
+                 context);
 }
 
 template <class T, int kTile>
-void set_smem(const std::string& context) {
-  CUDA_CHECK_CTX(cudaFuncSetAttribute(tc_dense_kernel<T, kTile>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      tcg_smem_bytes(kTcgTiles[kTile])),
-                 context);
+void set_smem_reads(const std::string& context) {
+  set_smem<T, kTile, 0>(context), set_smem<T, kTile, 1>(context), set_smem<T, kTile, 2>(context);
 }
 
 template <class T, int kTile>
 void launch(const TcDenseArgs& a, int m, cudaStream_t stream) {
   constexpr TcgTileShape s = kTcgTiles[kTile];
   const long long blocks = ((long long)m + s.bm - 1) / s.bm * ((a.cols + s.bn - 1) / s.bn);
-  tc_dense_kernel<T, kTile><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
+  switch (tcg_read_of(a)) {
+    case TcgRead::Rows:
+      tc_dense_kernel<T, kTile, 0><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
+      break;
+    case TcgRead::Pixels16:
+      tc_dense_kernel<T, kTile, 1><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
+      break;
+    case TcgRead::Image32:
+      tc_dense_kernel<T, kTile, 2><<<unsigned(blocks), s.threads(), tcg_smem_bytes(s), stream>>>(a, m);
+      break;
+  }
 }
 
 template <class T>
@@ -39,15 +54,16 @@ void launch_tile(const TcDenseArgs& a, int tile, int m, cudaStream_t stream) {
 }
 
 __global__ void tc_maxpool_kernel(const __grid_constant__ TcPoolArgs a, long long pieces) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pieces; i += (long long)gridDim.x * blockDim.x)
-    tc::tc_maxpool_piece(a, i);
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pieces; i += step) tc::tc_maxpool_piece(a, i);
 }
 
 }  // namespace
 
 void tcg_prepare(const std::string& context) {
-  set_smem<__half, 0>(context), set_smem<__half, 1>(context), set_smem<__half, 2>(context);
-  set_smem<__nv_bfloat16, 0>(context), set_smem<__nv_bfloat16, 1>(context), set_smem<__nv_bfloat16, 2>(context);
+  set_smem_reads<__half, 0>(context), set_smem_reads<__half, 1>(context), set_smem_reads<__half, 2>(context);
+  set_smem_reads<__nv_bfloat16, 0>(context), set_smem_reads<__nv_bfloat16, 1>(context),
+      set_smem_reads<__nv_bfloat16, 2>(context);
 }
 
 void tc_dense_forward(const TcDenseArgs& args, TcgOperands operands, int tile, int m, cudaStream_t stream,

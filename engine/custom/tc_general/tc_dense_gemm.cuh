@@ -37,7 +37,9 @@ __host__ __device__ __forceinline__ float round_to(float v) {
 
 // One block's tile: linear block index `block` over (row blocks) x (column blocks), column blocks
 // fastest, so the blocks reading the same rows of x run together and share them through L2.
-template <class T, int kBm, int kBn, int kWm, int kWn>
+// kRead (a TcgRead): how x is read, compiled per kind so a dense layer's kernel carries none of a
+// convolution's registers; it must be tcg_read_of(a).
+template <class T, int kBm, int kBn, int kWm, int kWn, int kRead>
 __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& a, int m_rows, long long block,
                                                         int tid, unsigned char* smem) {
   using tcg::kTcgBk;
@@ -74,7 +76,8 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   // A convolution's rows: the thread's rows are the same at every stage, so where their windows sit
   // in the input is worked out once. base < 0: a row past m_rows.
   const tcg::TcConvGeometry& cv = a.conv;
-  const bool conv = cv.kh > 0;
+  constexpr bool conv = kRead != int(tcg::TcgRead::Rows);
+  const bool x_f32 = conv ? kRead == int(tcg::TcgRead::Image32) : a.x_f32;
   long long base[kAPer];
   int iy0[kAPer], ix0[kAPer];
 #pragma unroll
@@ -82,7 +85,8 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
     const long long m = row0 + (tid + j * kThreads) / 4;
     base[j] = m < m_rows ? 0 : -1;
     iy0[j] = ix0[j] = 0;
-    if (conv && m < m_rows) {
+    if constexpr (conv) {
+      if (m >= m_rows) continue;
       const int ohw = cv.oh * cv.ow;
       const long long img = m / ohw;
       const int pix = int(m - img * ohw), oy = pix / cv.ow, ox = pix - oy * cv.ow;
@@ -98,7 +102,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
     // Every piece of this thread is at the same k (kThreads is a multiple of 4): its tap once per stage.
     const int k = kt * kTcgBk + (tid % 4) * 8;
     int ch = k, ky = 0, kx = 0;
-    if (conv) {
+    if constexpr (conv) {
       const int tap = k / cv.pitch;
       ch = k - tap * cv.pitch, ky = tap / cv.kw, kx = tap - ky * cv.kw;
     }
@@ -108,7 +112,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
       uint16_t* dst = As + (buf * kBm + r) * kTcgPitch + (tid % 4) * 8;
       const uint16_t* src = nullptr;
       if (base[j] >= 0 && k < a.k) {
-        if (!conv) {
+        if constexpr (!conv) {
           src = x + size_t(row0 + r) * size_t(a.ldx) + size_t(k);
         } else {
           const int iy = iy0[j] + ky, ix = ix0[j] + kx;
@@ -130,7 +134,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
     // A convolution: the 8 values' channel offsets and taps, once per stage (values past K get a
     // row far outside the image).
     int off[8], eky[8], ekx[8];
-    if (conv) {
+    if constexpr (conv) {
       const int khw = cv.kh * cv.kw;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -143,7 +147,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
 #pragma unroll
     for (int j = 0; j < kAPer; ++j) {
       const long long m = row0 + (tid + j * kThreads) / 4;
-      if (conv) {
+      if constexpr (conv) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int iy = iy0[j] + eky[i], ix = ix0[j] + ekx[i];
@@ -210,7 +214,7 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
   for (int s = 0; s < kTcgStages - 1; ++s) {
     if (s < k_steps) {
       load_b(s, s);
-      if (a.x_f32) {
+      if (x_f32) {
         load_a32(s);
         store_a32(s);
       } else {
@@ -225,12 +229,12 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
     const int next = kt + kTcgStages - 1, next_buf = next % kTcgStages;
     if (next < k_steps) {
       load_b(next, next_buf);
-      if (a.x_f32) load_a32(next);
+      if (x_f32) load_a32(next);
       else load_a16(next, next_buf);
     }
     copies_commit();
     compute(kt % kTcgStages);
-    if (a.x_f32 && next < k_steps) store_a32(next_buf);
+    if (x_f32 && next < k_steps) store_a32(next_buf);
   }
 
   // Epilogue: accumulator i of (mt, nt) is row g + 8 (i / 2), column 2t + i % 2 of the fragment.

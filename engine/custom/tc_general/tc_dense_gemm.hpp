@@ -75,6 +75,13 @@ struct TcDenseArgs {
   TcConvGeometry conv;
 };
 
+// How a layer's kernel reads x: rows (a dense layer, fp32 or 16-bit), 16-bit NHWC pixels or the fp32
+// NCHW input image (a convolution).
+enum class TcgRead : int { Rows = 0, Pixels16 = 1, Image32 = 2 };
+inline TcgRead tcg_read_of(const TcDenseArgs& a) {
+  return a.conv.kh == 0 ? TcgRead::Rows : a.x_f32 ? TcgRead::Image32 : TcgRead::Pixels16;
+}
+
 // The tile for `rows` x `cols` outputs on `sms` multiprocessors: 64x32 for at most 32 columns; else
 // 128x128 where its grid still gives every multiprocessor a block and wastes at most a quarter of
 // its columns; else 64x64.

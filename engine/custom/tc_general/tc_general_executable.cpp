@@ -109,7 +109,8 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
       summary_ += fmt::format(
           "\n  {}: tc_dense_forward {} M = batch{} N = {} K = {} padded to {}, input {}, output {}; tile {} at batch "
           "{}, {} at batch 1",
-          l.context, type, l.rows_per_image > 1 ? fmt::format(" x {}", l.rows_per_image) : "", l.units, l.in_features, l.k_padded, input,
+          l.context, type, l.rows_per_image > 1 ? fmt::format(" x {}", l.rows_per_image) : "", l.units,
+          l.in_features, l.k_padded, input,
           l.last ? "fp32" : fmt::format("{} rows of {}", type, l.ldy), tcg_tile_name(tile_for(step, max_batch_)),
           max_batch_, tcg_tile_name(tile_for(step, 1)));
     }

@@ -98,9 +98,8 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
           for (int c = 0; c < in_channels; ++c)
             for (int t = 0; t < taps; ++t) {
               const int k = l.first ? c * taps + t : t * pitch + c;
-              l.weight[size_t(o) * size_t(l.k_padded) + size_t(k)] =
-                  tc_bits16(node.weight->values[(size_t(o) * size_t(in_channels) + size_t(c)) * size_t(taps) + size_t(t)],
-                            bf16);
+              const size_t from = (size_t(o) * size_t(in_channels) + size_t(c)) * size_t(taps) + size_t(t);
+              l.weight[size_t(o) * size_t(l.k_padded) + size_t(k)] = tc_bits16(node.weight->values[from], bf16);
             }
         l.bias = packed_bias(node, l.units, l.rows_padded, bf16);
         l.context = fmt::format("node '{}' (conv2d", node.name);

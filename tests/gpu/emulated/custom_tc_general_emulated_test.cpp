@@ -115,7 +115,12 @@ void run_layer(const tcg::TcDenseArgs& a, int m) {
       pool.emplace_back([&, tid] {
         tc::emu_block = &emu;
         tc::emu_thread = tid;
-        tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn>(a, m, b, tid, reinterpret_cast<unsigned char*>(smem.data()));
+        unsigned char* sm = reinterpret_cast<unsigned char*>(smem.data());
+        switch (tcg::tcg_read_of(a)) {
+          case tcg::TcgRead::Rows: tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, 0>(a, m, b, tid, sm); break;
+          case tcg::TcgRead::Pixels16: tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, 1>(a, m, b, tid, sm); break;
+          case tcg::TcgRead::Image32: tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, 2>(a, m, b, tid, sm); break;
+        }
       });
     for (auto& t : pool) t.join();
   }
@@ -174,7 +179,8 @@ std::vector<float> emulate(const formats::Model& model, const std::vector<float>
     return bf16 ? engine::reference::round_to_bf16(float(v)) : engine::reference::round_to_fp16(float(v));
   };
   const formats::Shape& in_shape = model.input.shape;
-  int ch = int(in_shape[0]), h = in_shape.size() == 3 ? int(in_shape[1]) : 1, w = in_shape.size() == 3 ? int(in_shape[2]) : 1;
+  const bool image = in_shape.size() == 3;
+  int ch = int(in_shape[0]), h = image ? int(in_shape[1]) : 1, w = image ? int(in_shape[2]) : 1;
   std::vector<float> cur(x.size());
   for (size_t i = 0; i < x.size(); ++i) cur[i] = r(x[i]);
   int width = int(x.size()) / n;
@@ -212,7 +218,8 @@ std::vector<float> emulate(const formats::Model& model, const std::vector<float>
                     if (node.op == OpType::MaxPool) {
                       sum = std::max(sum, v);
                     } else {
-                      sum += v * double(r(node.weight->values[((size_t(o) * ch + c) * win.kernel_h + ky) * win.kernel_w + kx]));
+                      const size_t at = ((size_t(o) * ch + c) * win.kernel_h + ky) * win.kernel_w + kx;
+                      sum += v * double(r(node.weight->values[at]));
                     }
                   }
               }
