@@ -2,8 +2,8 @@
 // conv2d, maxpool and dense layers with 16-bit activations between GEMMs) on the device: against the
 // reference backend's emulation of the same format on fresh random inputs (odd feature counts and
 // channels, odd image sizes, 3x3 and 5x5 convolutions 'same' and 'valid', stride 1 and 2, padded
-// pools, units past one 128-column block and below 32, activations, softmax; outputs poisoned by
-// the harness), the same
+// pools, a concat of two branches, units past one 128-column block and below 32, activations,
+// softmax; outputs poisoned by the harness), the same
 // bits for every block tile and every batch split (1, 7, 64 of 300), past 65,535 images, the plan
 // text and what it refuses, and the committed seed MLP on MNIST against fp32 within
 // docs/design/precision.md's bounds.
@@ -105,6 +105,20 @@ std::vector<std::shared_ptr<formats::Model>> models() {
                   .dense("d2", "r4", 40, 10, seed++)
                   .unary("s", OpType::Softmax, "d2")
                   .outputs({"s"})
+                  .build());
+  m.push_back(ModelBuilder("concat_branches", {1, 9, 7})
+                  .conv2d("s", "x", 1, 8, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .unary("sr", OpType::Relu, "s")
+                  .conv2d("b1", "sr", 8, 16, testing_support::window(1, 1, 1, 1), seed++)
+                  .unary("b1r", OpType::Relu, "b1")
+                  .conv2d("b2", "sr", 8, 24, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .concat("cat", {"b1r", "b2"})
+                  .pool("p", OpType::MaxPool, "cat", testing_support::window(2, 2, 2, 2))
+                  .conv2d("c", "p", 40, 12, testing_support::window(3, 3, 1, 1), seed++)
+                  .unary("f", OpType::Flatten, "c")
+                  .dense("d", "f", 24, 5, seed++)
+                  .unary("sm", OpType::Softmax, "d")
+                  .outputs({"sm"})
                   .build());
   m.push_back(ModelBuilder("conv5x5_stride2", {1, 6, 6})
                   .conv2d("c1", "x", 1, 20, testing_support::window(5, 5, 1, 1, 2, 2, 2, 2), seed++)

@@ -27,21 +27,18 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
                                               kTcgTileCount - 1));
     tcg_prepare("tensor-core general path: shared-memory limit");
     const char* type = plan_.bf16 ? "bf16" : "fp16";
-    long long per_image = 0;
     int gemms = 0, pools = 0;
     for (const TcgLayer& l : plan_.layers) {
-      per_image = std::max(per_image, l.out_per_image);
       (l.kind == TcgKind::MaxPool ? pools : gemms) += 1;
       if ((long long)l.rows_per_image * max_batch_ > std::numeric_limits<int>::max())
         throw std::invalid_argument(fmt::format("custom: {}: {} rows per image x batch {} exceed the GEMM's int rows",
                                                 l.context, l.rows_per_image, max_batch_));
     }
-    if (per_image > 0) {
-      for (auto& b : acts_) {
-        b = gpu::DeviceBuffer<uint16_t>(size_t(per_image) * size_t(max_batch_), "tensor-core general activations");
-        // All-ones bits are a NaN in fp16 and bf16: a value a layer forgets to write shows downstream.
-        CUDA_CHECK_CTX(cudaMemsetAsync(b.data(), 0xff, b.bytes(), stream()), "poisoning the activation buffers");
-      }
+    for (long long per_image : plan_.buffers) {
+      acts_.emplace_back(size_t(per_image) * size_t(max_batch_), "tensor-core general activations");
+      // All-ones bits are a NaN in fp16 and bf16: a value a layer forgets to write shows downstream.
+      CUDA_CHECK_CTX(cudaMemsetAsync(acts_.back().data(), 0xff, acts_.back().bytes(), stream()),
+                     "poisoning the activation buffers");
     }
     if (plan_.softmax_node >= 0) {
       logits_ = gpu::DeviceBuffer<float>(size_t(plan_.layers.back().units) * size_t(max_batch_), "logits");
@@ -69,8 +66,9 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
       TcgLayer& l = plan_.layers[i];
       Step step;
       step.rows_per_image = l.rows_per_image;
-      const void* x = l.first ? static_cast<const void*>(device_value(plan_.input_value)) : acts_[(i + 1) % 2].data();
-      void* y = !l.last ? static_cast<void*>(acts_[i % 2].data())
+      const void* x = l.in_buffer < 0 ? static_cast<const void*>(device_value(plan_.input_value))
+                                      : acts_[size_t(l.in_buffer)].data();
+      void* y = !l.last ? static_cast<void*>(acts_[size_t(l.out_buffer)].data() + l.out_offset)
                 : plan_.softmax_node >= 0 ? static_cast<void*>(logits_.data())
                                           : static_cast<void*>(device_value(plan_.output_value));
       if (l.kind == TcgKind::MaxPool) {
@@ -91,7 +89,7 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
       a.k = l.kind == TcgKind::Conv || l.first ? l.in_features : l.ldx;
       a.y_f32 = l.last;
       a.ldy = l.ldy;
-      a.cols = l.last ? l.units : l.ldy;
+      a.cols = l.cols;
       a.k_padded = l.k_padded;
       a.act = l.act;
       if (l.kind == TcgKind::Conv) a.conv = l.conv;
@@ -111,7 +109,11 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
           "{}, {} at batch 1",
           l.context, type, l.rows_per_image > 1 ? fmt::format(" x {}", l.rows_per_image) : "", l.units,
           l.in_features, l.k_padded, input,
-          l.last ? "fp32" : fmt::format("{} rows of {}", type, l.ldy), tcg_tile_name(tile_for(step, max_batch_)),
+          l.last ? "fp32"
+          : l.out_offset > 0 || l.cols != l.ldy
+              ? fmt::format("{} rows of {} at column {}", type, l.ldy, l.out_offset)
+              : fmt::format("{} rows of {}", type, l.ldy),
+          tcg_tile_name(tile_for(step, max_batch_)),
           max_batch_, tcg_tile_name(tile_for(step, 1)));
     }
     if (plan_.softmax_node >= 0)
@@ -161,7 +163,7 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
   TcgPlan plan_;
   std::optional<int> forced_tile_;
   int sms_;
-  gpu::DeviceBuffer<uint16_t> acts_[2];
+  std::vector<gpu::DeviceBuffer<uint16_t>> acts_;
   gpu::DeviceBuffer<float> logits_;
   SoftmaxLaunch softmax_;
   std::vector<Step> steps_;

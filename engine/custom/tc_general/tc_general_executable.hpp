@@ -1,6 +1,6 @@
 #pragma once
-// The tensor-core general path at run time (tc_general_plan.hpp): packed weights uploaded once, two
-// 16-bit activation buffers (layers alternate between them) and the fp32 logits of a final softmax
+// The tensor-core general path at run time (tc_general_plan.hpp): packed weights uploaded once, the
+// plan's 16-bit activation buffers and the fp32 logits of a final softmax
 // allocated once; forward(n) = one tc_dense_forward per dense / conv2d layer (each with the block
 // tile chosen for its rows, any giving the same bits), one tc_maxpool_forward per maxpool (+ the
 // softmax) on the executable's stream.

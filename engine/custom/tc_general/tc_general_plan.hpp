@@ -1,12 +1,14 @@
 #pragma once
 // The custom backend's tensor-core general path for --precision fp16 | bf16 (host side, no CUDA
-// calls): the plan for the graphs it takes so far, chains of
+// calls): the plan for the graphs it takes so far,
 //
-//   input -> (conv2d [-> act] | maxpool)* -> [flatten] -> dense [-> act] -> ... -> dense [-> act] [-> softmax]
+//   input -> (conv2d [-> act] | maxpool | concat)* -> [flatten] -> dense [-> act] -> ... -> dense [-> act] [-> softmax]
 //
-// (act: relu, tanh, sigmoid), every conv2d and dense layer one GEMM (tc_dense_gemm.hpp; a conv2d an
+// (act: relu, tanh, sigmoid; branches allowed: a value may have several readers, and a concat of
+// conv2d outputs with channels in multiples of 8 costs nothing: each conv2d writes its slice of the
+// concat's pixels), every conv2d and dense layer one GEMM (tc_dense_gemm.hpp; a conv2d an
 // implicit GEMM) with its activation in the epilogue, every maxpool one small kernel. Activations
-// between layers are stored in the 16-bit format: a conv2d's or maxpool's as NHWC pixels with the
+// between layers are stored in the 16-bit format, in buffers reused once their values are read: a conv2d's or maxpool's as NHWC pixels with the
 // channels padded to 8, a dense layer's as rows padded to 8 elements. The first layer rounds the
 // preprocessed fp32 input (NCHW) while it stages it; the last, a dense layer, writes fp32. Weights
 // are packed here once into the kernel's layout: a conv2d's k runs over (tap, padded channel), and
@@ -32,11 +34,15 @@ struct TcgLayer {
   int in_features = 0, units = 0;  // a conv2d: K before padding, output channels
   int rows_per_image = 1;   // GEMM rows (conv2d, maxpool: output pixels)
   TcConvGeometry conv;      // conv2d and maxpool: the window and sizes (pitch: input channels as stored)
-  long long out_per_image = 0;  // 16-bit elements of the output per image (not the last layer)
+  int in_buffer = -1;       // 16-bit activation buffer read (TcgPlan::buffers); -1: the graph input
+  int out_buffer = -1;      // buffer written; -1: the graph output (the last layer)
+  int out_offset = 0;       // first channel written in each stored pixel (a concat's slice)
+  int cols = 0;             // 16-bit columns written per row (channels padded to 8; ldy but in a concat)
   Activation act = Activation::None;
   bool first = false, last = false;
   int ldx = 0;              // dense input row pitch: the first layer in_features (fp32), else as stored
-  int ldy = 0;              // output row pitch: 16-bit round_up(units, 8); the last layer units (fp32)
+  int ldy = 0;              // output row pitch as stored: 16-bit channels (a concat's all) or units
+                            // padded to 8; the last layer units (fp32)
   int k_padded = 0;         // K rounded up to kTcgBk
   int rows_padded = 0;      // units rounded up to kTcgRowAlign
   std::vector<uint16_t> weight;  // [rows_padded][k_padded], fp16 or bf16 bits, zeros in the padding
@@ -46,7 +52,8 @@ struct TcgLayer {
 
 struct TcgPlan {
   bool bf16 = false;
-  std::vector<TcgLayer> layers;
+  std::vector<TcgLayer> layers;  // in the graph's order
+  std::vector<long long> buffers;  // 16-bit elements per image of each activation buffer
   int input_value = -1;
   int output_value = -1;    // the graph's one output
   int softmax_node = -1;    // >= 0: a softmax of the last layer's fp32 output writes the graph output

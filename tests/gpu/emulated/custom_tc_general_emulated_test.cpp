@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@ struct Case {
   std::string name;
   std::shared_ptr<formats::Model> model;
   int n;
+  int split = 7;  // a batch split checked besides 1 (convolutions: fewer images of many rows each)
 };
 
 std::vector<Case> cases() {
@@ -74,7 +76,7 @@ std::vector<Case> cases() {
        20},
       {"one layer 40 -> 300, 70 rows", ModelBuilder("one", {40}).dense("d", "x", 40, 300, 31).outputs({"d"}).build(),
        70},
-      {"[3,6,7] conv 3x3 same -> 12 relu -> conv 3x3 valid -> 5 tanh -> maxpool 2x2 (4x5 -> 2x2) -> 10, 8 images",
+      {"[3,6,7] conv 3x3 same -> 12 relu -> conv 3x3 valid -> 5 tanh -> maxpool 2x2 (4x5 -> 2x2) -> 10, 5 images",
        ModelBuilder("conv_odd", {3, 6, 7})
            .conv2d("c1", "x", 3, 12, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 51)
            .unary("r1", OpType::Relu, "c1")
@@ -85,9 +87,9 @@ std::vector<Case> cases() {
            .dense("d", "f", 20, 10, 53)
            .outputs({"d"})
            .build(),
-       8},
+       5, 3},
       {"[1,6,6] conv 5x5 pad 2 -> 20 relu -> maxpool 3x3 stride 2 pad 1 -> conv 3x3 stride 2 pad 1 -> 40 sigmoid -> "
-       "dense 7 relu, 8 images",
+       "dense 7 relu, 5 images",
        ModelBuilder("conv_5x5", {1, 6, 6})
            .conv2d("c1", "x", 1, 20, testing_support::window(5, 5, 1, 1, 2, 2, 2, 2), 61)
            .unary("r1", OpType::Relu, "c1")
@@ -99,7 +101,24 @@ std::vector<Case> cases() {
            .unary("r", OpType::Relu, "d")
            .outputs({"r"})
            .build(),
-       8},
+       5, 3},
+      {"[1,9,7] conv 3x3 same -> 8 relu, branches 1x1 -> 16 relu and 3x3 -> 8 tanh, concat (24) -> maxpool 2x2 "
+       "-> conv 3x3 -> 12 -> dense 5 (the stem read twice), 5 images",
+       ModelBuilder("concat", {1, 9, 7})
+           .conv2d("s", "x", 1, 8, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 71)
+           .unary("sr", OpType::Relu, "s")
+           .conv2d("b1", "sr", 8, 16, testing_support::window(1, 1, 1, 1), 72)
+           .unary("b1r", OpType::Relu, "b1")
+           .conv2d("b2", "sr", 8, 8, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 73)
+           .unary("b2t", OpType::Tanh, "b2")
+           .concat("cat", {"b1r", "b2t"})
+           .pool("p", OpType::MaxPool, "cat", testing_support::window(2, 2, 2, 2))
+           .conv2d("c", "p", 24, 12, testing_support::window(3, 3, 1, 1), 74)
+           .unary("f", OpType::Flatten, "c")
+           .dense("d", "f", 24, 5, 75)
+           .outputs({"d"})
+           .build(),
+       5, 3},
   };
 }
 
@@ -108,22 +127,25 @@ void run_layer(const tcg::TcDenseArgs& a, int m) {
   constexpr tcg::TcgTileShape s = tcg::kTcgTiles[kTile];
   const long long blocks = (m + s.bm - 1) / s.bm * ((a.cols + s.bn - 1) / s.bn);
   std::vector<float4> smem(size_t(tcg::tcg_smem_bytes(s)) / 16);  // shared across blocks: stale data stays
-  for (long long b = 0; b < blocks; ++b) {
-    tc::EmuBlock emu(s.threads());
-    std::vector<std::thread> pool;
-    for (int tid = 0; tid < s.threads(); ++tid)
-      pool.emplace_back([&, tid] {
-        tc::emu_block = &emu;
-        tc::emu_thread = tid;
-        unsigned char* sm = reinterpret_cast<unsigned char*>(smem.data());
+  // One set of threads runs the blocks one after another (a barrier between them), as blocks that
+  // follow each other on one multiprocessor.
+  tc::EmuBlock emu(s.threads());
+  std::vector<std::thread> pool;
+  for (int tid = 0; tid < s.threads(); ++tid)
+    pool.emplace_back([&, tid] {
+      tc::emu_block = &emu;
+      tc::emu_thread = tid;
+      unsigned char* sm = reinterpret_cast<unsigned char*>(smem.data());
+      for (long long b = 0; b < blocks; ++b) {
         switch (tcg::tcg_read_of(a)) {
           case tcg::TcgRead::Rows: tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, 0>(a, m, b, tid, sm); break;
           case tcg::TcgRead::Pixels16: tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, 1>(a, m, b, tid, sm); break;
           case tcg::TcgRead::Image32: tc::tc_dense_block<T, s.bm, s.bn, s.wm, s.wn, 2>(a, m, b, tid, sm); break;
         }
-      });
-    for (auto& t : pool) t.join();
-  }
+        tc::sync_block();  // every thread is done with this block's shared memory
+      }
+    });
+  for (auto& t : pool) t.join();
 }
 
 template <class T>
@@ -136,17 +158,16 @@ void run_layer(const tcg::TcDenseArgs& a, int tile, int m) {
 // The plan's layers on the first n images of x, every GEMM on `tile` (-1: choose_tcg_tile with 132 SMs).
 template <class T>
 std::vector<float> run_plan(const tcg::TcgPlan& plan, const std::vector<float>& x, int n, int tile) {
-  long long per_image = 8;
-  for (const auto& l : plan.layers) per_image = std::max(per_image, l.out_per_image);
-  std::vector<uint16_t> acts[2] = {std::vector<uint16_t>(size_t(n * per_image), 0xffff),
-                                   std::vector<uint16_t>(size_t(n * per_image), 0xffff)};
+  std::vector<std::vector<uint16_t>> acts;
+  for (long long per_image : plan.buffers) acts.emplace_back(size_t(n * per_image), uint16_t(0xffff));
   std::vector<float> y(size_t(n) * plan.layers.back().units, std::nanf(""));
-  for (size_t i = 0; i < plan.layers.size(); ++i) {
-    const tcg::TcgLayer& l = plan.layers[i];
+  for (const tcg::TcgLayer& l : plan.layers) {
+    const void* in = l.in_buffer < 0 ? static_cast<const void*>(x.data()) : acts[size_t(l.in_buffer)].data();
+    void* out = l.last ? static_cast<void*>(y.data()) : acts[size_t(l.out_buffer)].data() + l.out_offset;
     if (l.kind == tcg::TcgKind::MaxPool) {
       tcg::TcPoolArgs p;
-      p.x = acts[(i + 1) % 2].data();
-      p.y = acts[i % 2].data();
+      p.x = static_cast<const uint16_t*>(in);
+      p.y = static_cast<uint16_t*>(out);
       p.h = l.conv.h, p.w = l.conv.w, p.oh = l.conv.oh, p.ow = l.conv.ow, p.pitch = l.conv.pitch;
       p.kh = l.conv.kh, p.kw = l.conv.kw, p.sh = l.conv.sh, p.sw = l.conv.sw, p.pt = l.conv.pt, p.pl = l.conv.pl;
       for (long long q = 0; q < (long long)n * p.oh * p.ow * (p.pitch / 8); ++q) tc::tc_maxpool_piece(p, q);
@@ -154,14 +175,14 @@ std::vector<float> run_plan(const tcg::TcgPlan& plan, const std::vector<float>& 
     }
     std::vector<float> bias = l.bias;
     tcg::TcDenseArgs a;
-    a.x = l.first ? static_cast<const void*>(x.data()) : acts[(i + 1) % 2].data();
+    a.x = in;
     a.x_f32 = l.first;
     a.ldx = l.ldx;
     a.k = l.kind == tcg::TcgKind::Conv || l.first ? l.in_features : l.ldx;
-    a.y = l.last ? static_cast<void*>(y.data()) : static_cast<void*>(acts[i % 2].data());
+    a.y = out;
     a.y_f32 = l.last;
     a.ldy = l.ldy;
-    a.cols = l.last ? l.units : l.ldy;
+    a.cols = l.cols;
     a.w = l.weight.data();
     a.bias = bias.data();
     a.k_padded = l.k_padded;
@@ -173,36 +194,57 @@ std::vector<float> run_plan(const tcg::TcgPlan& plan, const std::vector<float>& 
   return y;
 }
 
-// The reference's emulation of the format, written plainly on NCHW images.
+// The reference's emulation of the format, written plainly on NCHW images, value by value.
 std::vector<float> emulate(const formats::Model& model, const std::vector<float>& x, int n, bool bf16) {
   auto r = [&](double v) {
     return bf16 ? engine::reference::round_to_bf16(float(v)) : engine::reference::round_to_fp16(float(v));
   };
-  const formats::Shape& in_shape = model.input.shape;
-  const bool image = in_shape.size() == 3;
-  int ch = int(in_shape[0]), h = image ? int(in_shape[1]) : 1, w = image ? int(in_shape[2]) : 1;
-  std::vector<float> cur(x.size());
-  for (size_t i = 0; i < x.size(); ++i) cur[i] = r(x[i]);
-  int width = int(x.size()) / n;
+  struct Tensor {
+    std::vector<float> v;  // [n][c][h][w] or [n][width]
+    int ch = 0, h = 1, w = 1;
+  };
+  std::map<std::string, Tensor> values;
+  {
+    const formats::Shape& s = model.input.shape;
+    Tensor in;
+    in.ch = int(s[0]), in.h = s.size() == 3 ? int(s[1]) : 1, in.w = s.size() == 3 ? int(s[2]) : 1;
+    if (s.size() != 3) in.ch = int(x.size()) / n;
+    for (float v : x) in.v.push_back(r(v));
+    values["x"] = std::move(in);
+  }
   for (const formats::Node& node : model.nodes) {
+    const Tensor& cur = values.at(node.inputs[0]);
+    const int ch = cur.ch, h = cur.h, w = cur.w, width = ch * h * w;
     const formats::Window2D& win = node.window;
+    Tensor out;
     if (node.op == OpType::Dense) {
       const int units = int(node.bias->values.size());
-      std::vector<float> out(size_t(n) * units);
+      out.ch = units;
+      out.v.resize(size_t(n) * units);
       for (int m = 0; m < n; ++m)
         for (int o = 0; o < units; ++o) {
           double sum = r(node.bias->values[size_t(o)]);
           for (int k = 0; k < width; ++k)
-            sum += double(cur[size_t(m) * width + k]) * double(r(node.weight->values[size_t(o) * width + k]));
-          out[size_t(m) * units + o] = r(sum);
+            sum += double(cur.v[size_t(m) * width + k]) * double(r(node.weight->values[size_t(o) * width + k]));
+          out.v[size_t(m) * units + o] = r(sum);
         }
-      cur = std::move(out);
-      width = units;
+    } else if (node.op == OpType::Concat) {
+      out = cur;
+      out.v.clear();
+      out.ch = 0;
+      for (const std::string& name : node.inputs) out.ch += values.at(name).ch;
+      for (int m = 0; m < n; ++m)
+        for (const std::string& name : node.inputs) {
+          const Tensor& t = values.at(name);
+          const size_t per = size_t(t.ch) * h * w;
+          out.v.insert(out.v.end(), t.v.begin() + long(m * per), t.v.begin() + long((m + 1) * per));
+        }
     } else if (node.op == OpType::Conv2D || node.op == OpType::MaxPool) {
       const int oc = node.op == OpType::Conv2D ? node.out_channels : ch;
       const int oh = (h + win.pad_top + win.pad_bottom - win.kernel_h) / win.stride_h + 1;
       const int ow = (w + win.pad_left + win.pad_right - win.kernel_w) / win.stride_w + 1;
-      std::vector<float> out(size_t(n) * oc * oh * ow);
+      out.ch = oc, out.h = oh, out.w = ow;
+      out.v.resize(size_t(n) * oc * oh * ow);
       for (int m = 0; m < n; ++m)
         for (int o = 0; o < oc; ++o)
           for (int oy = 0; oy < oh; ++oy)
@@ -214,7 +256,7 @@ std::vector<float> emulate(const formats::Model& model, const std::vector<float>
                   for (int kx = 0; kx < win.kernel_w; ++kx) {
                     const int iy = oy * win.stride_h - win.pad_top + ky, ix = ox * win.stride_w - win.pad_left + kx;
                     if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-                    const double v = cur[((size_t(m) * ch + c) * h + iy) * w + ix];
+                    const double v = cur.v[((size_t(m) * ch + c) * h + iy) * w + ix];
                     if (node.op == OpType::MaxPool) {
                       sum = std::max(sum, v);
                     } else {
@@ -223,19 +265,20 @@ std::vector<float> emulate(const formats::Model& model, const std::vector<float>
                     }
                   }
               }
-              out[((size_t(m) * oc + o) * oh + oy) * ow + ox] = r(sum);
+              out.v[((size_t(m) * oc + o) * oh + oy) * ow + ox] = r(sum);
             }
-      cur = std::move(out);
-      ch = oc, h = oh, w = ow;
-      width = ch * h * w;
-    } else if (node.op != OpType::Flatten) {
+    } else if (node.op == OpType::Flatten) {
+      out = cur;
+    } else {
       const Activation act = node.op == OpType::Relu ? Activation::Relu
                              : node.op == OpType::Tanh ? Activation::Tanh
                                                        : Activation::Sigmoid;
-      for (float& v : cur) v = r(tc::tc_gemm_act(v, act));
+      out = cur;
+      for (float& v : out.v) v = r(tc::tc_gemm_act(v, act));
     }
+    values[node.name] = std::move(out);
   }
-  return cur;
+  return values.at(model.outputs.at(0)).v;
 }
 
 class TcGeneralEmulated : public testing::TestWithParam<bool> {};  // bf16?
@@ -275,7 +318,7 @@ TEST_P(TcGeneralEmulated, MatchesTheEmulationAndGivesTheSameBitsOnEveryTileAndSp
       EXPECT_EQ(std::memcmp(t.data(), got.data(), got.size() * sizeof(float)), 0) << "tile " << tile;
     }
     const size_t units = got.size() / size_t(c.n);
-    for (int n : {1, 7}) {
+    for (int n : {1, c.split}) {
       const auto part = run(n, -1);
       EXPECT_EQ(std::memcmp(part.data(), got.data(), part.size() * sizeof(float)), 0) << "batch " << n;
       ASSERT_EQ(part.size(), units * size_t(n));
@@ -309,6 +352,19 @@ TEST(TcGeneralPlan, RefusesWhatItDoesNotTake) {
   p = tcg::plan_tc_general(engine::plan_graph(avg), false, true);
   ASSERT_TRUE(std::holds_alternative<std::string>(p));
   EXPECT_NE(std::get<std::string>(p).find("node 'a' (avgpool)"), std::string::npos) << std::get<std::string>(p);
+  const auto odd_concat = ModelBuilder("odd_concat", {1, 6, 6})
+                              .conv2d("a", "x", 1, 8, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 48)
+                              .conv2d("b", "x", 1, 4, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 49)
+                              .concat("cat", {"a", "b"})
+                              .unary("f", OpType::Flatten, "cat")
+                              .dense("d", "f", 432, 3, 50)
+                              .outputs({"d"})
+                              .build();
+  p = tcg::plan_tc_general(engine::plan_graph(odd_concat), false, true);
+  ASSERT_TRUE(std::holds_alternative<std::string>(p));
+  EXPECT_NE(std::get<std::string>(p).find("node 'cat' (concat): its inputs are not all conv2d outputs"),
+            std::string::npos)
+      << std::get<std::string>(p);
   const auto conv_out = ModelBuilder("conv_out", {1, 6, 6})
                             .conv2d("c", "x", 1, 2, testing_support::window(3, 3, 1, 1), 47)
                             .outputs({"c"})
