@@ -17,7 +17,7 @@ L=$OUT/logs
 mkdir -p "$L"
 MNIST=$ROOT/../../data/mnist
 MODELS=${MODELS:-mlp-128,mlp-512-256}
-CONV_MODELS=${CONV_MODELS:-keras-cnn,vgg-mnist,conv-bn-relu,cifar-vgg}
+CONV_MODELS=${CONV_MODELS:-keras-cnn,vgg-mnist,conv-bn-relu,cifar-vgg,concat-branches,resnet20}
 PARTS=" ${PARTS:-tests others bench accuracy zoo} "
 export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
 finish() { tar czf "$OUT/results.tgz" -C "$OUT" logs; }
@@ -64,7 +64,7 @@ fi
 # Accuracy on the MNIST test set: fp16 (as asked) against fp32, same class.
 ACC_MODELS="mlp-128 mlp-512-256"
 [[ $PARTS == *" convs "* ]] && ACC_MODELS="${CONV_MODELS//,/ }"
-ACC_MODELS=${ACC_MODELS//cifar-vgg/}
+ACC_MODELS=${ACC_MODELS//cifar-vgg/}; ACC_MODELS=${ACC_MODELS//resnet20/}
 [[ $PARTS == *" accuracy "* || $PARTS == *" convs "* ]] && for m in $ACC_MODELS; do
   timeout 15 "$E" -v run /tmp/zoo/$m/model.json "$MNIST/t10k-images-idx3-ubyte.gz" --backend custom --precision fp16 \
     --batch 10000 --dump-outputs /tmp/fp16.npy >"$L/run-$m-fp16.txt" 2>&1

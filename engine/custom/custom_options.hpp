@@ -32,13 +32,13 @@ struct TcChainOptions {
   bool fixed_tiles = false;        // tiles of 16 images at every batch instead of adaptive tiles
 };
 
-// The tensor-core general path (engine/custom/tc_general/: fp16 / bf16 chains of conv2d, maxpool and
-// dense layers outside the tensor-core chain's family).
+// The tensor-core general path (engine/custom/tc_general/: fp16 / bf16 graphs of conv2d, pool, add,
+// concat and dense layers outside the tensor-core chain's family).
 struct TcGeneralOptions {
   // False: such models run the per-node tensor-core path (tc_gemm.hpp) instead.
   bool enabled = true;
-  // True: the path also takes conv2d and maxpool layers (implicit GEMMs on NHWC pixels); false: only
-  // dense chains. Off until its GPU tests have run on a device (the emulated tests pass).
+  // True: the path also takes conv2d, pool, add and concat nodes (implicit GEMMs on NHWC pixels);
+  // false: only dense chains. Off until its GPU tests have run on a device (the emulated tests pass).
   bool convolutions = false;
   // Every GEMM on this block tile (an index of tcg::kTcgTiles) instead of the one chosen per layer
   // and batch; the bits are the same (tests check it).

@@ -2,8 +2,9 @@
 // conv2d, maxpool and dense layers with 16-bit activations between GEMMs) on the device: against the
 // reference backend's emulation of the same format on fresh random inputs (odd feature counts and
 // channels, odd image sizes, 3x3 and 5x5 convolutions 'same' and 'valid', stride 1 and 2, padded
-// pools, a concat of two branches, units past one 128-column block and below 32, activations,
-// softmax; outputs poisoned by the harness), the same
+// pools, a concat of two branches, residual blocks (one with a strided 1x1 shortcut) and a global
+// average pool, units past one 128-column block and below 32, activations, softmax; outputs
+// poisoned by the harness), the same
 // bits for every block tile and every batch split (1, 7, 64 of 300), past 65,535 images, the plan
 // text and what it refuses, and the committed seed MLP on MNIST against fp32 within
 // docs/design/precision.md's bounds.
@@ -117,6 +118,26 @@ std::vector<std::shared_ptr<formats::Model>> models() {
                   .conv2d("c", "p", 40, 12, testing_support::window(3, 3, 1, 1), seed++)
                   .unary("f", OpType::Flatten, "c")
                   .dense("d", "f", 24, 5, seed++)
+                  .unary("sm", OpType::Softmax, "d")
+                  .outputs({"sm"})
+                  .build());
+  m.push_back(ModelBuilder("residual", {3, 8, 6})
+                  .conv2d("s", "x", 3, 16, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .unary("sr", OpType::Relu, "s")
+                  .conv2d("a1", "sr", 16, 16, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .unary("a1r", OpType::Relu, "a1")
+                  .conv2d("a2", "a1r", 16, 16, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .add("aa", "a2", "sr")
+                  .unary("ar", OpType::Relu, "aa")
+                  .conv2d("b1", "ar", 16, 24, testing_support::window(3, 3, 2, 2, 1, 1, 1, 1), seed++)
+                  .unary("b1r", OpType::Relu, "b1")
+                  .conv2d("b2", "b1r", 24, 24, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), seed++)
+                  .conv2d("bs", "ar", 16, 24, testing_support::window(1, 1, 2, 2), seed++)
+                  .add("ba", "b2", "bs")
+                  .unary("br", OpType::Relu, "ba")
+                  .pool("g", OpType::AvgPool, "br", testing_support::window(4, 3, 1, 1), false)
+                  .unary("f", OpType::Flatten, "g")
+                  .dense("d", "f", 24, 4, seed++)
                   .unary("sm", OpType::Softmax, "d")
                   .outputs({"sm"})
                   .build());

@@ -53,9 +53,11 @@ void launch_tile(const TcDenseArgs& a, int tile, int m, cudaStream_t stream) {
   }
 }
 
-__global__ void tc_maxpool_kernel(const __grid_constant__ TcPoolArgs a, long long pieces) {
+template <class T>
+__global__ void tc_pool_kernel(const __grid_constant__ TcPoolArgs a, long long pieces) {
   const long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pieces; i += step) tc::tc_maxpool_piece(a, i);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < pieces; i += step)
+    tc::tc_pool_piece<T>(a, i);
 }
 
 }  // namespace
@@ -78,12 +80,14 @@ void tc_dense_forward(const TcDenseArgs& args, TcgOperands operands, int tile, i
 
 namespace engine::custom::tcg {
 
-void tc_maxpool_forward(const TcPoolArgs& args, int n, cudaStream_t stream, const std::string& context) {
+void tc_pool_forward(const TcPoolArgs& args, TcgOperands operands, int n, cudaStream_t stream,
+                     const std::string& context) {
   const long long pieces = (long long)n * args.oh * args.ow * (args.pitch / 8);
   if (pieces <= 0) return;
   constexpr int kThreads = 256;
   const long long blocks = std::min<long long>((pieces + kThreads - 1) / kThreads, 1LL << 20);
-  tc_maxpool_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
+  if (operands == TcgOperands::BF16) tc_pool_kernel<__nv_bfloat16><<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
+  else tc_pool_kernel<__half><<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
   CUDA_CHECK_LAUNCH(context);
 }
 

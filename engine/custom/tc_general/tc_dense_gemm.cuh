@@ -35,6 +35,14 @@ __host__ __device__ __forceinline__ float round_to(float v) {
   return Operand<T>::to_float(Operand<T>::from_float(v));
 }
 
+template <class T>
+__host__ __device__ __forceinline__ float bits_to_float(unsigned bits) {
+  const uint16_t b = uint16_t(bits);
+  T v;
+  memcpy(&v, &b, 2);
+  return Operand<T>::to_float(v);
+}
+
 // One block's tile: linear block index `block` over (row blocks) x (column blocks), column blocks
 // fastest, so the blocks reading the same rows of x run together and share them through L2.
 // kRead (a TcgRead): how x is read, compiled per kind so a dense layer's kernel carries none of a
@@ -250,8 +258,15 @@ __host__ __device__ __forceinline__ void tc_dense_block(const tcg::TcDenseArgs& 
       for (int h = 0; h < 2; ++h) {
         const long long row = row0 + wm0 + mt * 16 + g + 8 * h;
         if (row >= m_rows) continue;
-        const float v0 = round_to<T>(tc_gemm_act(round_to<T>(acc[mt][nt][2 * h] + b0), a.act));
-        const float v1 = round_to<T>(tc_gemm_act(round_to<T>(acc[mt][nt][2 * h + 1] + b1), a.act));
+        float v0 = round_to<T>(tc_gemm_act(round_to<T>(acc[mt][nt][2 * h] + b0), a.act));
+        float v1 = round_to<T>(tc_gemm_act(round_to<T>(acc[mt][nt][2 * h + 1] + b1), a.act));
+        if constexpr (conv) {
+          if (a.res) {
+            const unsigned r = *reinterpret_cast<const unsigned*>(a.res + size_t(row) * size_t(a.ldres) + col);
+            v0 = round_to<T>(tc_gemm_act(round_to<T>(v0 + bits_to_float<T>(r & 0xffffu)), a.post_act));
+            v1 = round_to<T>(tc_gemm_act(round_to<T>(v1 + bits_to_float<T>(r >> 16)), a.post_act));
+          }
+        }
         if (a.y_f32) {
           float* y = static_cast<float*>(a.y) + size_t(row) * size_t(a.ldy) + col;
           y[0] = v0;
@@ -269,29 +284,41 @@ __host__ __device__ __forceinline__ unsigned tc_order_key(unsigned bits) {
   return bits & 0x8000u ? 0xffffu - bits : bits | 0x8000u;
 }
 
-// Piece i of tc_maxpool_forward: 8 channels (one 16-byte piece) of one output pixel, i running over
+// Piece i of tc_pool_forward: 8 channels (one 16-byte piece) of one output pixel, i running over
 // (image, output row, output column, piece).
-__host__ __device__ __forceinline__ void tc_maxpool_piece(const tcg::TcPoolArgs& a, long long i) {
+template <class T>
+__host__ __device__ __forceinline__ void tc_pool_piece(const tcg::TcPoolArgs& a, long long i) {
   const int pieces = a.pitch / 8, ohw = a.oh * a.ow;
   const long long q = i / pieces;
   const int piece = int(i - q * pieces);
   const long long img = q / ohw;
   const int pix = int(q - img * ohw), oy = pix / a.ow, ox = pix - oy * a.ow;
   unsigned best[8], key[8];
-  for (int c = 0; c < 8; ++c) best[c] = 0xffffu, key[c] = 0;
+  float sum[8];
+  int inside = 0;
+  for (int c = 0; c < 8; ++c) best[c] = 0xffffu, key[c] = 0, sum[c] = 0.0f;
   for (int ky = 0; ky < a.kh; ++ky) {
     const int iy = oy * a.sh - a.pt + ky;
     if (iy < 0 || iy >= a.h) continue;
     for (int kx = 0; kx < a.kw; ++kx) {
       const int ix = ox * a.sw - a.pl + kx;
       if (ix < 0 || ix >= a.w) continue;
+      ++inside;
       const uint4 v = *reinterpret_cast<const uint4*>(
           a.x + ((size_t(img) * size_t(a.h) + size_t(iy)) * size_t(a.w) + size_t(ix)) * size_t(a.pitch) + piece * 8);
       const unsigned words[4] = {v.x, v.y, v.z, v.w};
       for (int c = 0; c < 8; ++c) {
         const unsigned bits = (words[c / 2] >> (16 * (c % 2))) & 0xffffu, k = tc_order_key(bits);
-        if (k > key[c]) key[c] = k, best[c] = bits;
+        if (a.average) sum[c] += bits_to_float<T>(bits);
+        else if (k > key[c]) key[c] = k, best[c] = bits;
       }
+    }
+  }
+  if (a.average) {
+    const float divisor = a.count_include_pad ? float(a.kh * a.kw) : float(inside);
+    for (int c = 0; c < 8; c += 2) {
+      const unsigned w = Operand<T>::pack(divisor > 0 ? sum[c] / divisor : 0.0f, divisor > 0 ? sum[c + 1] / divisor : 0.0f);
+      best[c] = w & 0xffffu, best[c + 1] = w >> 16;
     }
   }
   *reinterpret_cast<uint4*>(a.y + size_t(q) * size_t(a.pitch) + piece * 8) =

@@ -73,6 +73,11 @@ struct TcDenseArgs {
   int k_padded = 0;         // a multiple of kTcgBk
   Activation act = Activation::None;
   TcConvGeometry conv;
+  // A convolution with a residual (the add after it): y = r(post_act(r(r(act(r(sum + bias))) + res)))
+  // with res 16-bit NHWC pixels like y's (pitch ldres).
+  const uint16_t* res = nullptr;
+  int ldres = 0;
+  Activation post_act = Activation::None;
 };
 
 // How a layer's kernel reads x: rows (a dense layer, fp32 or 16-bit), 16-bit NHWC pixels or the fp32
@@ -92,14 +97,16 @@ inline int choose_tcg_tile(long long rows, int cols, int sms) {
   return little_waste && ((rows + 127) / 128) * col_blocks >= sms ? 0 : 1;
 }
 
-// A max pool on 16-bit NHWC activations (channel pitch a multiple of 8), taps outside the image
-// skipped. The maximum of values already in the format is exact: no rounding, the same bits in fp16
-// and bf16 (both order like sign-magnitude integers).
+// A max or average pool on 16-bit NHWC activations (channel pitch a multiple of 8), taps outside the
+// image skipped. The maximum of values already in the format is exact: no rounding, the same bits
+// in fp16 and bf16 (both order like sign-magnitude integers). The average: an fp32 sum in tap order
+// over the divisor (the window, or its taps inside the image), rounded to the format.
 struct TcPoolArgs {
   const uint16_t* x = nullptr;  // [n][h][w][pitch]
   uint16_t* y = nullptr;        // [n][oh][ow][pitch]
   int h = 0, w = 0, oh = 0, ow = 0, pitch = 0;
   int kh = 1, kw = 1, sh = 1, sw = 1, pt = 0, pl = 0;
+  bool average = false, count_include_pad = true;
 };
 
 // Opts every tile's kernel into its shared memory on the current device; throws CudaError.
@@ -109,6 +116,7 @@ void tcg_prepare(const std::string& context);
 void tc_dense_forward(const TcDenseArgs& args, TcgOperands operands, int tile, int m, cudaStream_t stream,
                       const std::string& context);
 
-void tc_maxpool_forward(const TcPoolArgs& args, int n, cudaStream_t stream, const std::string& context);
+void tc_pool_forward(const TcPoolArgs& args, TcgOperands operands, int n, cudaStream_t stream,
+                     const std::string& context);
 
 }  // namespace engine::custom::tcg

@@ -29,7 +29,7 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
     const char* type = plan_.bf16 ? "bf16" : "fp16";
     int gemms = 0, pools = 0;
     for (const TcgLayer& l : plan_.layers) {
-      (l.kind == TcgKind::MaxPool ? pools : gemms) += 1;
+      (l.kind == TcgKind::Pool ? pools : gemms) += 1;
       if ((long long)l.rows_per_image * max_batch_ > std::numeric_limits<int>::max())
         throw std::invalid_argument(fmt::format("custom: {}: {} rows per image x batch {} exceed the GEMM's int rows",
                                                 l.context, l.rows_per_image, max_batch_));
@@ -55,7 +55,7 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
     summary_ += fmt::format(
         "\npath: tensor-core general {} ({} kernel(s): {} dense / conv2d GEMM(s) on mma.sync m16n8k16 with fused "
         "epilogues{}{}; the per-node kernels are not used)",
-        type, kernels, gemms, pools > 0 ? fmt::format(", {} NHWC maxpool(s)", pools) : "",
+        type, kernels, gemms, pools > 0 ? fmt::format(", {} NHWC pool(s)", pools) : "",
         plan_.softmax_node >= 0 ? ", softmax_forward" : "");
     summary_ += fmt::format(
         "\ntensor-core general: weights and biases rounded to {} and packed once; fp32 sums over k in order; every "
@@ -71,15 +71,16 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
       void* y = !l.last ? static_cast<void*>(acts_[size_t(l.out_buffer)].data() + l.out_offset)
                 : plan_.softmax_node >= 0 ? static_cast<void*>(logits_.data())
                                           : static_cast<void*>(device_value(plan_.output_value));
-      if (l.kind == TcgKind::MaxPool) {
+      if (l.kind == TcgKind::Pool) {
         step.is_pool = true;
         TcPoolArgs& p = step.pool;
         p.x = static_cast<const uint16_t*>(x);
         p.y = static_cast<uint16_t*>(y);
         p.h = l.conv.h, p.w = l.conv.w, p.oh = l.conv.oh, p.ow = l.conv.ow, p.pitch = l.conv.pitch;
         p.kh = l.conv.kh, p.kw = l.conv.kw, p.sh = l.conv.sh, p.sw = l.conv.sw, p.pt = l.conv.pt, p.pl = l.conv.pl;
+        p.average = l.average, p.count_include_pad = l.count_include_pad;
         steps_.push_back(step);
-        summary_ += fmt::format("\n  {}: tc_maxpool_forward {} NHWC {}x{} -> {}x{}, {} channels of {}", l.context,
+        summary_ += fmt::format("\n  {}: tc_pool_forward {} NHWC {}x{} -> {}x{}, {} channels of {}", l.context,
                                 type, l.conv.h, l.conv.w, l.conv.oh, l.conv.ow, l.units, l.ldy);
         continue;
       }
@@ -93,6 +94,11 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
       a.k_padded = l.k_padded;
       a.act = l.act;
       if (l.kind == TcgKind::Conv) a.conv = l.conv;
+      if (l.res_buffer >= 0) {
+        a.res = acts_[size_t(l.res_buffer)].data();
+        a.ldres = l.res_pitch;
+        a.post_act = l.post_act;
+      }
       a.x = x;
       a.y = y;
       a.w = upload(l.weight, "weights of " + l.context);
@@ -126,7 +132,7 @@ class TcGeneralExecutable final : public gpu::GpuExecutable {
     const TcgOperands ops = plan_.bf16 ? TcgOperands::BF16 : TcgOperands::FP16;
     for (size_t i = 0; i < steps_.size(); ++i) {
       const Step& s = steps_[i];
-      if (s.is_pool) tc_maxpool_forward(s.pool, n, stream(), plan_.layers[i].context);
+      if (s.is_pool) tc_pool_forward(s.pool, ops, n, stream(), plan_.layers[i].context);
       else tc_dense_forward(s.gemm, ops, tile_for(s, n), n * s.rows_per_image, stream(), plan_.layers[i].context);
     }
     if (plan_.softmax_node >= 0)

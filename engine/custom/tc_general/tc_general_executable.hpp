@@ -2,7 +2,7 @@
 // The tensor-core general path at run time (tc_general_plan.hpp): packed weights uploaded once, the
 // plan's 16-bit activation buffers and the fp32 logits of a final softmax
 // allocated once; forward(n) = one tc_dense_forward per dense / conv2d layer (each with the block
-// tile chosen for its rows, any giving the same bits), one tc_maxpool_forward per maxpool (+ the
+// tile chosen for its rows, any giving the same bits), one tc_pool_forward per pool (+ the
 // softmax) on the executable's stream.
 #include <memory>
 #include <string>

@@ -126,23 +126,44 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
         if (at[size_t(v)]->buffer != s->buffer || concat_of(v).first != i)
           return refuse(node, fmt::format("its input '{}' is not a slice it owns", graph.value(v).name));
       hold(*s, out.last_use);
-    } else if (node.op == OpType::Conv2D || node.op == OpType::MaxPool) {
+    } else if (node.op == OpType::Add) {
+      if (!convolutions) return refuse(node, "convolutions are off (TcGeneralOptions::convolutions)");
+      if (plan.layers.empty() || pn.inputs.size() != 2) return refuse(node, "not an add after a conv2d layer");
+      TcgLayer& l = plan.layers.back();
+      const int mine = graph.value(pn.inputs[0]).producer == l.tail ? 0 : 1;
+      const Value& own = graph.value(pn.inputs[size_t(mine)]);
+      const Stored other = *at[size_t(pn.inputs[size_t(1 - mine)])];
+      if (l.kind != TcgKind::Conv || own.producer != l.tail || own.is_output || own.consumers.size() != 1 ||
+          l.res_buffer >= 0 || l.out_offset != 0 || l.cols != l.ldy)
+        return refuse(node, "not the only reader of a conv2d layer just before it");
+      if (other.store != Store::Pixels || other.pitch != l.ldy || other.height != l.conv.oh ||
+          other.width != l.conv.ow || other.channels != l.units)
+        return refuse(node, "its other input is not stored pixels of the conv2d's shape");
+      l.res_buffer = other.buffer;
+      l.res_pitch = other.pitch;
+      l.tail = i;
+      l.context += fmt::format(" + add '{}'", node.name);
+      at[size_t(pn.output)] = at[size_t(pn.inputs[size_t(mine)])];
+      hold(*at[size_t(pn.output)], out.last_use);
+    } else if (node.op == OpType::Conv2D || node.op == OpType::MaxPool || node.op == OpType::AvgPool) {
       if (!convolutions) return refuse(node, "convolutions are off (TcGeneralOptions::convolutions)");
       if (src.store == Store::Rows || src.flattened || !spatial) return refuse(node, "not on an image");
-      if (src.store == Store::Input && node.op == OpType::MaxPool) return refuse(node, "a pool of the input");
+      if (src.store == Store::Input && node.op != OpType::Conv2D) return refuse(node, "a pool of the input");
       TcgLayer l;
-      l.node = i;
+      l.node = l.tail = i;
       l.first = src.store == Store::Input;
       l.in_buffer = src.buffer;
       l.rows_per_image = int(out.shape[1] * out.shape[2]);
       const int in_channels = int(in.shape[0]);
       l.conv = geometry(node, in, out, l.first ? in_channels : src.pitch);
       l.units = int(out.shape[0]);
-      l.cols = node.op == OpType::MaxPool ? src.pitch : round_up(l.units, 8);
+      l.cols = node.op != OpType::Conv2D ? src.pitch : round_up(l.units, 8);
       l.ldy = l.cols;
-      if (node.op == OpType::MaxPool) {
-        l.kind = TcgKind::MaxPool;
-        l.context = fmt::format("node '{}' (maxpool", node.name);
+      if (node.op != OpType::Conv2D) {
+        l.kind = TcgKind::Pool;
+        l.average = node.op == OpType::AvgPool;
+        l.count_include_pad = node.count_include_pad;
+        l.context = fmt::format("node '{}' ({}", node.name, formats::op_name(node.op));
       } else {
         const int taps = l.conv.kh * l.conv.kw;
         if (!node.weight || int64_t(node.weight->values.size()) != int64_t(l.units) * in_channels * taps)
@@ -206,7 +227,7 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
       if (src.store == Store::Pixels && in.elements != int64_t(src.channels) * src.height * src.width)
         return refuse(node, "its inputs are not the previous layer's pixels");
       TcgLayer l;
-      l.node = i;
+      l.node = l.tail = i;
       l.in_features = int(in.elements);
       l.units = int(out.elements);
       l.first = src.store == Store::Input;
@@ -233,12 +254,15 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
       at[size_t(pn.output)] = s;
       plan.layers.push_back(std::move(l));
     } else if (const auto act = activation_of(node.op)) {
-      const bool after_gemm = !plan.layers.empty() && plan.layers.back().node == in.producer &&
-                              plan.layers.back().kind != TcgKind::MaxPool && !in.is_output && in.consumers.size() == 1;
-      if (!after_gemm || plan.layers.back().act != Activation::None)
-        return refuse(node, "an activation not the only reader of a dense or conv2d layer just before it");
-      plan.layers.back().act = *act;
-      plan.layers.back().context += fmt::format(" + {} '{}'", formats::op_name(node.op), node.name);
+      TcgLayer* l = plan.layers.empty() ? nullptr : &plan.layers.back();
+      const bool after_gemm = l && l->tail == in.producer && l->kind != TcgKind::Pool && !in.is_output &&
+                              in.consumers.size() == 1;
+      Activation* slot = !l ? nullptr : l->res_buffer >= 0 ? &l->post_act : &l->act;
+      if (!after_gemm || *slot != Activation::None)
+        return refuse(node, "an activation not the only reader of a dense or conv2d layer (or its add) just before it");
+      *slot = *act;
+      l->tail = i;
+      l->context += fmt::format(" + {} '{}'", formats::op_name(node.op), node.name);
       at[size_t(pn.output)] = src;
       hold(src, out.last_use);
     } else if (node.op == OpType::Softmax) {
@@ -248,7 +272,7 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
       plan.softmax_node = i;
       at[size_t(pn.output)] = src;
     } else {
-      return refuse(node, convolutions ? "the tensor-core general path takes conv2d, maxpool, concat and dense "
+      return refuse(node, convolutions ? "the tensor-core general path takes conv2d, pool, add, concat and dense "
                                          "layers so far"
                                        : "the tensor-core general path takes chains of dense layers (convolutions "
                                          "off)");

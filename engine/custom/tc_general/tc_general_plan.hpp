@@ -2,19 +2,21 @@
 // The custom backend's tensor-core general path for --precision fp16 | bf16 (host side, no CUDA
 // calls): the plan for the graphs it takes so far,
 //
-//   input -> (conv2d [-> act] | maxpool | concat)* -> [flatten] -> dense [-> act] -> ... -> dense [-> act] [-> softmax]
+//   input -> (conv2d [-> act] [-> add [-> act]] | maxpool | avgpool | concat)* -> [flatten]
+//         -> dense [-> act] -> ... -> dense [-> act] [-> softmax]
 //
-// (act: relu, tanh, sigmoid; branches allowed: a value may have several readers, and a concat of
-// conv2d outputs with channels in multiples of 8 costs nothing: each conv2d writes its slice of the
-// concat's pixels), every conv2d and dense layer one GEMM (tc_dense_gemm.hpp; a conv2d an
-// implicit GEMM) with its activation in the epilogue, every maxpool one small kernel. Activations
-// between layers are stored in the 16-bit format, in buffers reused once their values are read: a conv2d's or maxpool's as NHWC pixels with the
-// channels padded to 8, a dense layer's as rows padded to 8 elements. The first layer rounds the
-// preprocessed fp32 input (NCHW) while it stages it; the last, a dense layer, writes fp32. Weights
-// are packed here once into the kernel's layout: a conv2d's k runs over (tap, padded channel), and
-// the first dense layer after NHWC pixels takes its weights permuted from the model's NCHW flatten
-// order, so no activation is ever transposed. Any other graph is refused with the node and the
-// reason; it runs the per-node tensor-core path (tc_gemm.hpp).
+// (act: relu, tanh, sigmoid; a value may have several readers). Every conv2d and dense layer is
+// one GEMM (tc_dense_gemm.hpp; a conv2d an implicit GEMM) with its activation, and an add after a
+// conv2d with the other addend, in the epilogue; every pool one small kernel; a concat of conv2d
+// outputs with channels in multiples of 8 costs nothing (each writes its slice of the concat's
+// pixels). Activations between layers are stored in the 16-bit format, in buffers reused once their
+// values are read: a conv2d's or pool's as NHWC pixels with the channels padded to 8, a dense
+// layer's as rows padded to 8 elements. The first layer rounds the preprocessed fp32 input (NCHW)
+// while it stages it; the last, a dense layer, writes fp32. Weights are packed here once into the
+// kernel's layout: a conv2d's k runs over (tap, padded channel), and the first dense layer after
+// NHWC pixels takes its weights permuted from the model's NCHW flatten order, so no activation is
+// ever transposed. Any other graph is refused with the node and the reason; it runs the per-node
+// tensor-core path (tc_gemm.hpp).
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -26,11 +28,12 @@
 
 namespace engine::custom::tcg {
 
-enum class TcgKind { Dense, Conv, MaxPool };
+enum class TcgKind { Dense, Conv, Pool };
 
 struct TcgLayer {
   TcgKind kind = TcgKind::Dense;
-  int node = -1;            // the dense / conv2d / maxpool node (graph index)
+  int node = -1;            // the dense / conv2d / pool node (graph index)
+  int tail = -1;            // the last node the layer runs (its activation, its add)
   int in_features = 0, units = 0;  // a conv2d: K before padding, output channels
   int rows_per_image = 1;   // GEMM rows (conv2d, maxpool: output pixels)
   TcConvGeometry conv;      // conv2d and maxpool: the window and sizes (pitch: input channels as stored)
@@ -39,6 +42,10 @@ struct TcgLayer {
   int out_offset = 0;       // first channel written in each stored pixel (a concat's slice)
   int cols = 0;             // 16-bit columns written per row (channels padded to 8; ldy but in a concat)
   Activation act = Activation::None;
+  bool average = false, count_include_pad = true;  // a pool: avgpool
+  int res_buffer = -1;      // a conv2d followed by an add: the other addend's buffer (same pixels)
+  int res_pitch = 0;
+  Activation post_act = Activation::None;  // the activation after that add
   bool first = false, last = false;
   int ldx = 0;              // dense input row pitch: the first layer in_features (fp32), else as stored
   int ldy = 0;              // output row pitch as stored: 16-bit channels (a concat's all) or units
@@ -61,7 +68,7 @@ struct TcgPlan {
 };
 
 // The plan, or why this path does not take the graph (naming the node). `convolutions`: false
-// refuses conv2d and maxpool nodes (TcGeneralOptions::convolutions).
+// refuses conv2d, pool and add nodes (TcGeneralOptions::convolutions).
 std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16, bool convolutions);
 
 }  // namespace engine::custom::tcg
