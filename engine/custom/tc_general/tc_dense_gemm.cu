@@ -1,4 +1,5 @@
-// tc_dense_forward's kernels and launcher (tc_dense_gemm.hpp: what it computes; tc_dense_gemm.cuh: the body).
+// tc_dense_forward's and tc_pool_forward's kernels and launchers (tc_dense_gemm.hpp: what they
+// compute; tc_dense_gemm.cuh: the bodies).
 #include "engine/custom/tc_general/tc_dense_gemm.cuh"
 #include "engine/gpu/cuda_check.hpp"
 
@@ -76,18 +77,16 @@ void tc_dense_forward(const TcDenseArgs& args, TcgOperands operands, int tile, i
   CUDA_CHECK_LAUNCH(context);
 }
 
-}  // namespace engine::custom::tcg
-
-namespace engine::custom::tcg {
-
 void tc_pool_forward(const TcPoolArgs& args, TcgOperands operands, int n, cudaStream_t stream,
                      const std::string& context) {
   const long long pieces = (long long)n * args.oh * args.ow * (args.pitch / 8);
   if (pieces <= 0) return;
   constexpr int kThreads = 256;
   const long long blocks = std::min<long long>((pieces + kThreads - 1) / kThreads, 1LL << 20);
-  if (operands == TcgOperands::BF16) tc_pool_kernel<__nv_bfloat16><<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
-  else tc_pool_kernel<__half><<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
+  if (operands == TcgOperands::BF16)
+    tc_pool_kernel<__nv_bfloat16><<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
+  else
+    tc_pool_kernel<__half><<<unsigned(blocks), kThreads, 0, stream>>>(args, pieces);
   CUDA_CHECK_LAUNCH(context);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-// The body of tc_dense_forward's kernel (tc_dense_gemm.hpp says what it computes). Host-callable for
-// the emulated test (tests/gpu/custom_tc_general_emulated_test.cpp): the warp operations come from
-// fused/tc_warp.cuh, where each lane is a host thread and ldmatrix / mma.sync follow the PTX ISA's
+// The bodies of tc_dense_forward's and tc_pool_forward's kernels (tc_dense_gemm.hpp says what they
+// compute). Host-callable for the emulated test (tests/gpu/custom_tc_general_emulated_test.cpp): the
+// warp operations come from fused/tc_warp.cuh, where each lane is a host thread and ldmatrix / mma.sync follow the PTX ISA's
 // fragment layouts.
 //
 // Fragments (m16n8k16, g = lane / 4, t = lane % 4): A a0 = rows g, k 2t..2t+1; a1 rows g + 8; a2 and a3
@@ -317,7 +317,8 @@ __host__ __device__ __forceinline__ void tc_pool_piece(const tcg::TcPoolArgs& a,
   if (a.average) {
     const float divisor = a.count_include_pad ? float(a.kh * a.kw) : float(inside);
     for (int c = 0; c < 8; c += 2) {
-      const unsigned w = Operand<T>::pack(divisor > 0 ? sum[c] / divisor : 0.0f, divisor > 0 ? sum[c + 1] / divisor : 0.0f);
+      const unsigned w =
+          Operand<T>::pack(divisor > 0 ? sum[c] / divisor : 0.0f, divisor > 0 ? sum[c + 1] / divisor : 0.0f);
       best[c] = w & 0xffffu, best[c + 1] = w >> 16;
     }
   }

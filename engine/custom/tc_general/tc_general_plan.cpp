@@ -104,7 +104,8 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
     const PlannedNode& pn = graph.nodes[size_t(i)];
     const formats::Node& node = *pn.node;
     for (int v : pn.inputs)
-      if (!at[size_t(v)]) return refuse(node, fmt::format("its input '{}' is not one this path stores", graph.value(v).name));
+      if (!at[size_t(v)])
+        return refuse(node, fmt::format("its input '{}' is not one this path stores", graph.value(v).name));
     if (plan.softmax_node >= 0) return refuse(node, "follows the softmax (the softmax ends the graph)");
     const int cur = pn.inputs.at(0);
     const Value& in = graph.value(cur);
