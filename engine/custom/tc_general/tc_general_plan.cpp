@@ -123,13 +123,16 @@ std::variant<TcgPlan, std::string> plan_tc_general(const Graph& graph, bool bf16
       const std::optional<Stored>& s = at[size_t(pn.output)];
       if (!s) return refuse(node, "its inputs are not all conv2d outputs (after their activations) with channels in "
                                   "multiples of 8 that only it reads");
-      for (int v : pn.inputs)
-        if (at[size_t(v)]->buffer != s->buffer || concat_of(v).first != i)
+      for (size_t k = 0; k < pn.inputs.size(); ++k) {
+        const int v = pn.inputs[k];
+        if (at[size_t(v)]->buffer != s->buffer || concat_of(v) != std::pair{i, int(k)})
           return refuse(node, fmt::format("its input '{}' is not a slice it owns", graph.value(v).name));
+      }
       hold(*s, out.last_use);
     } else if (node.op == OpType::Add) {
       if (!convolutions) return refuse(node, "convolutions are off (TcGeneralOptions::convolutions)");
-      if (plan.layers.empty() || pn.inputs.size() != 2) return refuse(node, "not an add after a conv2d layer");
+      if (plan.layers.empty() || pn.inputs.size() != 2 || pn.inputs[0] == pn.inputs[1])
+        return refuse(node, "not an add of a conv2d layer's output and another value");
       TcgLayer& l = plan.layers.back();
       const int mine = graph.value(pn.inputs[0]).producer == l.tail ? 0 : 1;
       const Value& own = graph.value(pn.inputs[size_t(mine)]);

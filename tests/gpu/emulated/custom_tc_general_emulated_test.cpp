@@ -404,6 +404,31 @@ TEST(TcGeneralPlan, RefusesWhatItDoesNotTake) {
   EXPECT_NE(std::get<std::string>(p).find("node 'cat' (concat): its inputs are not all conv2d outputs"),
             std::string::npos)
       << std::get<std::string>(p);
+  const auto twice = ModelBuilder("twice", {1, 6, 6})
+                         .conv2d("a", "x", 1, 8, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 51)
+                         .conv2d("b", "a", 8, 8, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 52)
+                         .concat("cat", {"b", "b"})
+                         .unary("f", OpType::Flatten, "cat")
+                         .dense("d", "f", 576, 3, 53)
+                         .outputs({"d"})
+                         .build();
+  p = tcg::plan_tc_general(engine::plan_graph(twice), false, true);
+  ASSERT_TRUE(std::holds_alternative<std::string>(p));
+  EXPECT_NE(std::get<std::string>(p).find("node 'cat' (concat): its input 'b' is not a slice it owns"),
+            std::string::npos)
+      << std::get<std::string>(p);
+  const auto doubled = ModelBuilder("doubled", {1, 6, 6})
+                           .conv2d("a", "x", 1, 8, testing_support::window(3, 3, 1, 1, 1, 1, 1, 1), 54)
+                           .add("aa", "a", "a")
+                           .unary("f", OpType::Flatten, "aa")
+                           .dense("d", "f", 288, 3, 55)
+                           .outputs({"d"})
+                           .build();
+  p = tcg::plan_tc_general(engine::plan_graph(doubled), false, true);
+  ASSERT_TRUE(std::holds_alternative<std::string>(p));
+  EXPECT_NE(std::get<std::string>(p).find("node 'aa' (add): not an add of a conv2d layer's output and another"),
+            std::string::npos)
+      << std::get<std::string>(p);
   const auto conv_out = ModelBuilder("conv_out", {1, 6, 6})
                             .conv2d("c", "x", 1, 2, testing_support::window(3, 3, 1, 1), 47)
                             .outputs({"c"})
