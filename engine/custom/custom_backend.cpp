@@ -8,8 +8,9 @@
 // general path (general/: implicit-GEMM conv2d and dense kernels with fused epilogues, fp32
 // accumulation in a fixed order). CompileOptions::fuse off (--no-fuse) runs the per-node kernels
 // below, which accumulate in double in the CPU reference's order: the GPU oracle. --precision fp16|bf16|int8: the tensor-core chain
-// (fused/tc_chain*) for the LeNet-5 family; otherwise the per-node kernels with conv2d and dense on
-// tensor cores (tc_gemm.hpp) and every other op in fp32. A reduced precision is a permission: the
+// (fused/tc_chain*) for the LeNet-5 family; fp16/bf16 chains of dense layers the tensor-core general
+// path (tc_general/: 16-bit activations between GEMMs); otherwise the per-node kernels with conv2d
+// and dense on tensor cores (tc_gemm.hpp) and every other op in fp32. A reduced precision is a permission: the
 // fastest precision it allows at the planned batch runs (compile(); engine/gpu/precision_choice.hpp).
 //
 // Per-node fusion rule: an activation node (relu/tanh/sigmoid) is folded into the epilogue of the
@@ -41,6 +42,7 @@
 #include "engine/custom/pooling.hpp"
 #include "engine/custom/softmax.hpp"
 #include "engine/custom/tc_gemm.hpp"
+#include "engine/custom/tc_general/tc_general_executable.hpp"
 #include "engine/custom/tc_gemm_weights.hpp"
 #include "engine/custom/train/gpu_trainer.hpp"
 #include "engine/gpu/device.hpp"
@@ -599,6 +601,15 @@ class CustomBackend final : public Backend {
       } else {
         return tc::make_tc_chain_executable(graph, std::get<tc::TcChainPlan>(std::move(planned)), options,
                                             options_.tc, device.multiprocessors, header);
+      }
+      // fp16 / bf16 outside the chain's family: the tensor-core general path where it takes the graph.
+      if (operands != tc::TcOperands::INT8 && options_.tc_general.enabled) {
+        auto general = tcg::plan_tc_general(graph, operands == tc::TcOperands::BF16,
+                                             options_.tc_general.convolutions);
+        if (auto* plan = std::get_if<tcg::TcgPlan>(&general))
+          return tcg::make_tc_general_executable(graph, std::move(*plan), options, options_.tc_general,
+                                                 device.multiprocessors, header, why_not);
+        why_not += "; not the tensor-core general path: " + std::get<std::string>(general);
       }
     }
     return std::make_unique<CustomExecutable>(graph, options, header, why_not);

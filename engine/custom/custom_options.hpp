@@ -32,6 +32,19 @@ struct TcChainOptions {
   bool fixed_tiles = false;        // tiles of 16 images at every batch instead of adaptive tiles
 };
 
+// The tensor-core general path (engine/custom/tc_general/: fp16 / bf16 graphs of conv2d, pool, add,
+// concat and dense layers outside the tensor-core chain's family).
+struct TcGeneralOptions {
+  // False: such models run the per-node tensor-core path (tc_gemm.hpp) instead.
+  bool enabled = true;
+  // True: the path also takes conv2d, pool, add and concat nodes (implicit GEMMs on NHWC pixels);
+  // false: only dense chains. Off until its GPU tests have run on a device (the emulated tests pass).
+  bool convolutions = false;
+  // Every GEMM on this block tile (an index of tcg::kTcgTiles) instead of the one chosen per layer
+  // and batch; the bits are the same (tests check it).
+  std::optional<int> tile;
+};
+
 // The general fp32 path (engine/custom/general/): every fp32 graph the fused chain does not take.
 struct GeneralOptions {
   // For a graph the fused chain can take: true, the general path; false, the fused chain; nullopt,
@@ -61,6 +74,7 @@ struct CustomOptions {
   gpu::PrecisionChoice precision_choice = gpu::PrecisionChoice::Fastest;
   ImageChainOptions image;
   TcChainOptions tc;
+  TcGeneralOptions tc_general;
   GeneralOptions general;
 };
 

@@ -52,17 +52,26 @@ TcGemmWeights tc_gemm_weights(const formats::Node& node, int out_channels, int k
   for (int o = 0; o < out_channels; ++o)
     for (int i = 0; i < k; ++i) {
       const float v = w[size_t(o) * size_t(k) + size_t(i)];
-      uint16_t b16;
-      if (operands == TcGemmOperands::BF16) {
-        const __nv_bfloat16 h = __float2bfloat16_rn(v);
-        std::memcpy(&b16, &h, 2);
-      } else {
-        const __half h = __float2half_rn(v);
-        std::memcpy(&b16, &h, 2);
-      }
+      const uint16_t b16 = tc_bits16(v, operands == TcGemmOperands::BF16);
       std::memcpy(dst + (size_t(o) * size_t(out.k_padded) + size_t(i)) * 2, &b16, 2);
     }
   return out;
+}
+
+uint16_t tc_bits16(float v, bool bf16) {
+  uint16_t b;
+  if (bf16) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    std::memcpy(&b, &h, 2);
+  } else {
+    const __half h = __float2half_rn(v);
+    std::memcpy(&b, &h, 2);
+  }
+  return b;
+}
+
+float tc_round16(float v, bool bf16) {
+  return bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : __half2float(__float2half_rn(v));
 }
 
 void require_calibration(const formats::Model& model) {

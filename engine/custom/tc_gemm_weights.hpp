@@ -1,6 +1,7 @@
 #pragma once
 // Plan time of tc_gemm_forward (tc_gemm.hpp): a conv2d's or dense layer's weights converted once to
 // the kernel's operand layout, and int8's scales.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ TcGemmWeights tc_gemm_weights(const formats::Node& node, int out_channels, int k
 // name, else of the value it aliases (a flatten's source), as the reference's emulation finds it.
 // std::invalid_argument when the model has no calibration (the reference's message) or no range for it.
 // int8: std::invalid_argument with the reference's message when the model has no calibration.
+// The fp16 (or bf16) bits of v, rounded to nearest even, and that value back as a float.
+uint16_t tc_bits16(float v, bool bf16);
+float tc_round16(float v, bool bf16);
+
 void require_calibration(const formats::Model& model);
 float calibrated_input_scale(const Graph& graph, int value, const formats::Node& reader);
 

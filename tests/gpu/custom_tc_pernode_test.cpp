@@ -41,6 +41,7 @@ using testing_support::window;
 std::unique_ptr<engine::Backend> as_asked() {
   engine::custom::CustomOptions options;
   options.precision_choice = engine::gpu::PrecisionChoice::AsAsked;
+  options.tc_general.enabled = false;  // the MLPs would take the tensor-core general path
   return engine::custom::make_custom_backend(options);
 }
 
