@@ -30,9 +30,12 @@ using formats::OpType;
 
 // The custom backend with the tensor-core chain's choices `tc`, running exactly the precision asked
 // (the default would time the precisions it allows and might run fp32: custom_precision_choice_test.cpp).
+// Convolutions outside the family go to the per-node path, whose texts Refusals checks (the
+// tensor-core general path's own: custom_tc_general_test.cpp).
 std::unique_ptr<engine::Backend> custom_backend(const engine::custom::TcChainOptions& tc = {}) {
   engine::custom::CustomOptions options;
   options.tc = tc;
+  options.tc_general.convolutions = false;
   options.precision_choice = engine::gpu::PrecisionChoice::AsAsked;
   return engine::custom::make_custom_backend(options);
 }
