@@ -107,7 +107,7 @@ struct K {
   // only the first output column skips q = 0 and only the last skips q = 2, so a block's loops are
   // compiled for each of its three cases. A rule of the step, the same for every path. `edge`:
   // some position of this block skips some column.
-  static constexpr int kMaxColsWidth = 16;
+  static constexpr int kMaxColsWidth = 8;
   struct Cols {
     int lo[3], hi[3];
     bool edge;
