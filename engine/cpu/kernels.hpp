@@ -6,8 +6,8 @@
 // the few images a batch leaves over, and batch 1) keeps one image as [elements] and vectorises
 // along output rows (conv) and output units (dense). Per output element both do exactly the same
 // float operations in the same order:
-//   conv:    acc = bias (or 0); for c, p (the kernel rows inside the input), q: acc = fma(w, x, acc),
-//            x = 0 at padded columns
+//   conv:    acc = bias (or 0); for c, p, q: acc = fma(w, x, acc), the taps reading the zero border
+//            skipped (kernel rows; columns where skips_cols; every tap on conv_generic's shapes)
 //   dense:   acc = bias; for i: acc = fma(w, x_i, acc)
 //   avgpool: s = 0; for valid (p, q): s = s + x; y = s * (1 / divisor)
 //   maxpool: m = -inf; for valid (p, q): m = max(x, m)
@@ -89,7 +89,7 @@ struct K {
   // The kernel rows [p0, p1) whose input rows exist for output row oy: the rows above and below
   // read only the zero border, and every path skips them alike (their products are zeros), so an
   // output's sum runs over the same taps in the same order on every path, as the reference's does.
-  // Columns are not skipped: the positions of a block share their kernel rows, not their columns.
+  // (Alike, not merely zeros: a sum that underflowed to -0 turns +0 by adding a zero product.)
   struct Rows {
     int64_t p0, p1;
   };
@@ -98,6 +98,38 @@ struct K {
     const int64_t p0 = top < 0 ? -top : 0;
     const int64_t p1 = top + s.kh > s.h_in ? s.h_in - top : s.kh;
     return {p0 < s.kh ? p0 : s.kh, p1 > p0 ? p1 : p0};
+  }
+
+  // Columns: per kernel column q, the block's first `lo[q]` and last `hi[q]` positions (of n, from
+  // output column ox) read the zero border there, and every path skips those taps alike, as it
+  // skips the rows. Only for 'same' 3x3 convs at stride 1 on rows of at most kMaxColsWidth outputs
+  // (on wider rows the border is a few percent of the taps, less than the skipping costs): there
+  // only the first output column skips q = 0 and only the last skips q = 2, so a block's loops are
+  // compiled for each of its three cases. A rule of the step, the same for every path. `edge`:
+  // some position of this block skips some column.
+  static constexpr int kMaxColsWidth = 8;
+  struct Cols {
+    int lo[3], hi[3];
+    bool edge;
+  };
+  static bool skips_cols(const KStep& s) {
+    return s.kw == 3 && s.sw == 1 && s.pl == 1 && s.w_out == s.w_in && s.w_out <= kMaxColsWidth;
+  }
+  static Cols valid_cols(const KStep& s, int64_t ox, int n) {
+    Cols k{{0, 0, 0}, {0, 0, 0}, false};
+    if (!skips_cols(s)) return k;
+    k.lo[0] = ox == 0 ? 1 : 0;
+    k.hi[2] = ox + n == s.w_out ? 1 : 0;
+    k.edge = k.lo[0] > 0 || k.hi[2] > 0;
+    return k;
+  }
+  // Calls f.template operator()<L, R>() for a block's case: L, its first position skips q = 0; R,
+  // its last skips q = 2.
+  template <class F>
+  [[gnu::always_inline]] static void with_edges(const Cols& k, F&& f) {
+    if (k.lo[0] > 0 && k.hi[2] > 0) return f.template operator()<1, 1>();
+    if (k.lo[0] > 0) return f.template operator()<1, 0>();
+    return f.template operator()<0, 1>();
   }
 
   // Where a conv's output value (pooled, if a pool is fused) lives: channel planes `plane` floats
@@ -152,20 +184,35 @@ struct K {
     const int64_t taps = int64_t(s.kh) * s.kw;
     const int64_t wstride = int64_t(s.c_in) * taps;
     const Rows rows = valid_rows(s, oy);
-    for (int64_t c = 0; c < s.c_in; ++c) {
-      const float* w_c = s.weight + int64_t(oc) * wstride + c * taps;
-      for (int64_t p = rows.p0; p < rows.p1; ++p) {
-        const float* row = xp + ((c * s.hp + int64_t(oy) * s.sh + p) * s.wp) * W;
-        const float* w_p = w_c + p * s.kw;
-        for (int64_t q = 0; q < s.kw; ++q) {
-          V xv[RX];
-          for (int j = 0; j < RX; ++j) xv[j] = S::load(row + ((int64_t(ox) + j) * s.sw + q) * W);
-          for (int r = 0; r < RO; ++r) {
-            const V wv = S::bcast(w_p + r * wstride + q);
-            for (int j = 0; j < RX; ++j) acc[r][j] = S::fma(wv, xv[j], acc[r][j]);
-          }
-        }
+    const Cols cols = valid_cols(s, ox, RX);
+    // Kernel column q for positions [Lo, RX - Hi) (the others read the zero border there).
+    auto column = [&]<int Lo, int Hi>(const float* row, const float* w_p, int64_t q)
+                      __attribute__((always_inline)) {
+      V xv[RX];
+      for (int j = Lo; j < RX - Hi; ++j) xv[j] = S::load(row + ((int64_t(ox) + j) * s.sw + q) * W);
+      for (int r = 0; r < RO; ++r) {
+        const V wv = S::bcast(w_p + r * wstride + q);
+        for (int j = Lo; j < RX - Hi; ++j) acc[r][j] = S::fma(wv, xv[j], acc[r][j]);
       }
+    };
+    if (cols.edge) {
+      with_edges(cols, [&]<int L, int R>() __attribute__((always_inline)) {
+        for (int64_t c = 0; c < s.c_in; ++c)
+          for (int64_t p = rows.p0; p < rows.p1; ++p) {
+            const float* row = xp + ((c * s.hp + int64_t(oy) * s.sh + p) * s.wp) * W;
+            const float* w_p = s.weight + int64_t(oc) * wstride + c * taps + p * 3;
+            column.template operator()<L, 0>(row, w_p, 0);
+            column.template operator()<0, 0>(row, w_p, 1);
+            column.template operator()<0, R>(row, w_p, 2);
+          }
+      });
+    } else {
+      for (int64_t c = 0; c < s.c_in; ++c)
+        for (int64_t p = rows.p0; p < rows.p1; ++p) {
+          const float* row = xp + ((c * s.hp + int64_t(oy) * s.sh + p) * s.wp) * W;
+          const float* w_p = s.weight + int64_t(oc) * wstride + c * taps + p * s.kw;
+          for (int64_t q = 0; q < s.kw; ++q) column.template operator()<0, 0>(row, w_p, q);
+        }
     }
     if (s.pool2) return pool2_tile<RO, RX>(s, acc, y, oc, oy, ox);
     const OutLayout o = out_layout(s);
@@ -280,6 +327,19 @@ struct K {
     const int64_t taps = int64_t(s.kh) * s.kw;
     const int64_t wstride = int64_t(s.c_in) * taps;
     const Rows rows = valid_rows(s, oy);
+    const Cols cols = valid_cols(s, ox, valid);
+    // Per column q and vector j, the lanes whose input column exists (edge blocks only).
+    typename S::Mask mask[3][RX];
+    if (cols.edge)
+      for (int q = 0; q < s.kw; ++q)
+        for (int j = 0; j < RX; ++j) {
+          alignas(64) float in[W];
+          for (int l = 0; l < W; ++l) {
+            const int at = j * W + l;
+            in[l] = at >= cols.lo[q] && at < valid - cols.hi[q] ? 1.0f : 0.0f;
+          }
+          mask[q][j] = S::lt(S::zero(), S::load(in));
+        }
     for (int64_t c = 0; c < s.c_in; ++c) {
       const float* w_c = s.weight + int64_t(oc) * wstride + c * taps;
       for (int64_t p = rows.p0; p < rows.p1; ++p) {
@@ -301,9 +361,17 @@ struct K {
               xv[j] = S::load(g);
             }
           }
-          for (int r = 0; r < RO; ++r) {
-            const V wv = S::bcast(w_p + r * wstride + q);
-            for (int j = 0; j < RX; ++j) acc[r][j] = S::fma(wv, xv[j], acc[r][j]);
+          if (!cols.edge || (cols.lo[q] == 0 && cols.hi[q] == 0)) {
+            for (int r = 0; r < RO; ++r) {
+              const V wv = S::bcast(w_p + r * wstride + q);
+              for (int j = 0; j < RX; ++j) acc[r][j] = S::fma(wv, xv[j], acc[r][j]);
+            }
+          } else {  // lanes whose column q is in the border keep their sums
+            for (int r = 0; r < RO; ++r) {
+              const V wv = S::bcast(w_p + r * wstride + q);
+              for (int j = 0; j < RX; ++j)
+                acc[r][j] = S::select(mask[q][j], S::fma(wv, xv[j], acc[r][j]), acc[r][j]);
+            }
           }
         }
       }
@@ -340,7 +408,8 @@ struct K {
     const float* wb = s.weight_t + int64_t(oc) * taps;
     const int64_t wstep = 2 * W;
     // Taps [t0, t1) of the flat (c, p, q) loop.
-    auto run = [&](int64_t t0, int64_t t1) {
+    // Inlined into each caller, as tap_part: the accumulators stay in registers.
+    auto run = [&](int64_t t0, int64_t t1) __attribute__((always_inline)) {
       const float* w = wb + t0 * wstep;
       for (int64_t t = t0; t < t1; ++t, w += wstep) {
         const float* xt = x0 + off[t];
@@ -355,13 +424,38 @@ struct K {
         }
       }
     };
-    // Rows that read only the zero border skipped (valid_rows): one run per input channel. The
-    // block's positions are one output row's (a flat block has no vertical padding).
+    // Tap t for positions [Lo, RX - Hi) of the block only (the others' column is in the border).
+    auto tap_part = [&]<int Lo, int Hi>(int64_t t) __attribute__((always_inline)) {
+      const float* xt = x0 + off[t];
+      const float* w = wb + t * wstep;
+      V wv[RV];
+      for (int v = 0; v < RV; ++v) wv[v] = S::load(w + v * W);
+#pragma GCC unroll 32
+      for (int j = Lo; j < RX - Hi; ++j) {
+        const V xb = S::bcast(xt + j * xstep);
+#pragma GCC unroll 4
+        for (int v = 0; v < RV; ++v) acc[v][j] = S::fma(wv[v], xb, acc[v][j]);
+      }
+    };
+    // Rows and columns that read only the zero border skipped (valid_rows, valid_cols): one run
+    // per input channel, or in an edge block each (c, p)'s three columns unrolled. The block's
+    // positions are one output row's (a flat block: 1-wide kernels, no vertical padding).
     const Rows rows = valid_rows(s, f0 / s.wp);
-    if (rows.p0 == 0 && rows.p1 == s.kh) {
+    const Cols cols = valid_cols(s, f0 % s.wp, RX);
+    const int64_t per_c = int64_t(s.kh) * s.kw;
+    if (cols.edge) {
+      with_edges(cols, [&]<int L, int R>() __attribute__((always_inline)) {
+        for (int64_t c = 0; c < s.c_in; ++c)
+          for (int64_t p = rows.p0; p < rows.p1; ++p) {
+            const int64_t t = c * per_c + p * 3;
+            tap_part.template operator()<L, 0>(t);
+            tap_part.template operator()<0, 0>(t + 1);
+            tap_part.template operator()<0, R>(t + 2);
+          }
+      });
+    } else if (rows.p0 == 0 && rows.p1 == s.kh) {
       run(0, taps);
     } else {
-      const int64_t per_c = int64_t(s.kh) * s.kw;
       for (int64_t c = 0; c < s.c_in; ++c) run(c * per_c + rows.p0 * s.kw, c * per_c + rows.p1 * s.kw);
     }
     if (!s.add_in1)
@@ -550,7 +644,7 @@ struct K {
   }
 
   // Rare shapes (padding so large that a padded copy would not fit the scratch limit): every tap
-  // bounds-checked, a padded tap multiplying an explicit zero (on every path alike). L = W for
+  // bounds-checked, the taps in the border skipped (on every path alike). L = W for
   // a tile (a vector per tap), 1 for a single image (fma1).
   static void conv_generic(const KStep& s, const float* x, float* y, int64_t L) {
     const int64_t taps = int64_t(s.kh) * s.kw;
@@ -566,13 +660,13 @@ struct K {
               const int64_t iy = i * s.sh + p - s.pt;
               for (int64_t q = 0; q < s.kw; ++q) {
                 const int64_t ix = j * s.sw + q - s.pl;
-                const bool inside = iy >= 0 && iy < s.h_in && ix >= 0 && ix < s.w_in;
+                if (iy < 0 || iy >= s.h_in || ix < 0 || ix >= s.w_in) continue;
                 const float w = s.weight[(o * s.c_in + c) * taps + p * s.kw + q];
                 const float* px = x + ((c * s.h_in + iy) * s.w_in + ix) * L;
                 if (L == W)
-                  acc = S::fma(S::set1(w), inside ? S::load(px) : S::zero(), acc);
+                  acc = S::fma(S::set1(w), S::load(px), acc);
                 else
-                  acc1 = S::fma1(w, inside ? *px : 0.0f, acc1);
+                  acc1 = S::fma1(w, *px, acc1);
               }
             }
           if (L == W)

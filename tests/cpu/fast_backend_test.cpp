@@ -405,6 +405,52 @@ TEST_P(FastCpu, ScaleShiftAndConcatBitwiseAcrossThreadsAndSplits) {
     }
 }
 
+// Every path skips the same border taps (kernels.hpp): they are not no-ops on the bits. Inputs
+// 1e-30 and weights -1e-30 (1e-30 at q = 2): every product underflows, so each sum is a zero whose
+// sign is that of its last tap's product, q = 2 (+0), except in the last output column, whose
+// q = 2 reads the right border: skipped it leaves -0, added it would make +0 (with FMA; the
+// portable set rounds each product to a zero first, and +0 + -0 is +0). 'same' 3x3 convs
+// with 4 and 32 output channels (the rows and the channel kernel for single images, the tile
+// kernel for tiles), any batch split and thread count.
+TEST_P(FastCpu, BorderTapsSkippedAlikeOnEveryPath) {
+  const int C = 2, H = 6, Wd = 7, total = 37;
+  for (int out_channels : {4, 32}) {
+    formats::Node attrs;
+    attrs.window = window(3, 3, 1, 1, 1, 1, 1, 1);
+    attrs.out_channels = out_channels;
+    formats::Tensor w;
+    w.shape = {out_channels, C, 3, 3};
+    w.values.resize(size_t(out_channels) * C * 9);
+    for (size_t i = 0; i < w.values.size(); ++i) w.values[i] = i % 3 == 2 ? 1e-30f : -1e-30f;
+    attrs.weight = w;
+    auto model = testing_support::single_op_model(OpType::Conv2D, {C, H, Wd}, attrs, 7000, false);
+    const engine::Graph graph = engine::plan_graph(model);
+    const std::vector<float> input(size_t(C * H * Wd) * total, 1e-30f);
+    const int64_t per = int64_t(out_channels) * H * Wd;
+    for (int threads : {1, 2})
+      for (int split : {1, 7, 16, total}) {
+        engine::CompileOptions options;
+        options.max_batch = split;
+        options.threads = threads;
+        auto exe = cpu().compile(graph, options);
+        const bool fused = exe->plan_summary().find("sse2") == std::string::npos;
+        std::vector<float> out(size_t(per) * size_t(split));
+        for (int start = 0; start < total; start += split) {
+          const int n = std::min(split, total - start);
+          std::fill(out.begin(), out.end(), std::nanf(""));
+          float* pointers[] = {out.data()};
+          exe->run(input.data() + size_t(start) * C * H * Wd, n, pointers);
+          for (int64_t i = 0; i < per * n; ++i) {
+            const bool last_column = fused && i % Wd == Wd - 1;
+            ASSERT_EQ(out[size_t(i)], 0.0f) << i;
+            ASSERT_EQ(std::signbit(out[size_t(i)]), last_column)
+                << out_channels << " channels, " << threads << " threads, batches of " << split << ", output " << i;
+          }
+        }
+      }
+  }
+}
+
 TEST_P(FastCpu, RejectsBadOptionsAndBatches) {
   auto model = testing_support::single_op_model(OpType::Relu, {4}, formats::Node{}, 1);
   const std::vector<float> input(4 * 5, 1.0f);
