@@ -38,8 +38,8 @@ struct TcGeneralOptions {
   // False: such models run the per-node tensor-core path (tc_gemm.hpp) instead.
   bool enabled = true;
   // True: the path also takes conv2d, pool, add and concat nodes (implicit GEMMs on NHWC pixels);
-  // false: only dense chains. Off until its GPU tests have run on a device (the emulated tests pass).
-  bool convolutions = false;
+  // false: only dense chains.
+  bool convolutions = true;
   // Every GEMM on this block tile (an index of tcg::kTcgTiles) instead of the one chosen per layer
   // and batch; the bits are the same (tests check it).
   std::optional<int> tile;
