@@ -163,9 +163,11 @@ TEST(CustomFused, LenetLikeModelsMatchCpu) {
 }
 
 // The custom backend with the image chain up to `image_max` images (0: never, the tiled kernels at
-// every batch; nullopt: the default) and the other image-chain choices of `image`.
+// every batch; nullopt: the default) and the other image-chain choices of `image`; the fused chain
+// for every graph it can run, whatever the planner's rule would send to the general path.
 std::unique_ptr<engine::Backend> custom_backend(std::optional<int> image_max, engine::custom::ImageChainOptions image = {}) {
   engine::custom::CustomOptions options;
+  options.general.over_fused_chain = false;
   options.image = image;
   options.image.max_batch = image_max;
   return engine::custom::make_custom_backend(options);
