@@ -1,11 +1,9 @@
 #include "engine/custom/fused/tc_chain_plan.hpp"
+#include "engine/custom/tc_gemm_weights.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstring>
 #include <array>
 #include <optional>
 
@@ -18,18 +16,6 @@ struct NotOfFamily {
   std::string why;
   bool calibration = false;
 };
-
-uint16_t bits16(float v, bool bf16) {
-  uint16_t b;
-  if (bf16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    std::memcpy(&b, &h, 2);
-  } else {
-    const __half h = __float2half_rn(v);
-    std::memcpy(&b, &h, 2);
-  }
-  return b;
-}
 
 std::optional<TcAct> act_of(OpType op) {
   switch (op) {
@@ -147,11 +133,11 @@ void pack_dense(const formats::Node& n, int in, int max_in, int max_units, int p
     throw NotOfFamily{fmt::format("{}: {} units; the family's layer has at most {}", node_text(n), n.units, max_units)};
   if (in > max_in)
     throw NotOfFamily{fmt::format("{}: {} inputs; the family's layer has at most {}", node_text(n), in, max_in)};
-  w.assign(size_t(max_units) * size_t(pitch), bits16(0.0f, bf16));
+  w.assign(size_t(max_units) * size_t(pitch), tc_bits16(0.0f, bf16));
   b.assign(size_t(max_units), 0.0f);
   const std::vector<float>& src = n.weight->values;
   for (int u = 0; u < n.units; ++u) {
-    for (int k = 0; k < in; ++k) w[size_t(u) * pitch + k] = bits16(checked(src[size_t(u) * in + k], bf16, n), bf16);
+    for (int k = 0; k < in; ++k) w[size_t(u) * pitch + k] = tc_bits16(checked(src[size_t(u) * in + k], bf16, n), bf16);
     if (n.bias) b[size_t(u)] = checked(n.bias->values[size_t(u)], bf16, n);
   }
 }
@@ -326,21 +312,21 @@ std::variant<TcChainPlan, TcRefusal> plan_tc_chain(const Graph& g, TcOperands op
       plan_int8(g, reads, {&c1, &c3, &f5, &f6, &f7}, plan);
     } else {
     // c1: [8][kC1Pitch], tap = ky * 5 + kx (one input channel).
-    plan.c1.assign(size_t(kC1Out) * kC1Pitch, bits16(0.0f, bf16));
+    plan.c1.assign(size_t(kC1Out) * kC1Pitch, tc_bits16(0.0f, bf16));
     plan.c1_bias.assign(kC1Out, 0.0f);
     for (int o = 0; o < C1; ++o) {
       for (int tap = 0; tap < 25; ++tap)
-        plan.c1[size_t(o) * kC1Pitch + tap] = bits16(checked(c1.weight->values[size_t(o) * 25 + tap], bf16, c1), bf16);
+        plan.c1[size_t(o) * kC1Pitch + tap] = tc_bits16(checked(c1.weight->values[size_t(o) * 25 + tap], bf16, c1), bf16);
       if (c1.bias) plan.c1_bias[size_t(o)] = checked(c1.bias->values[size_t(o)], bf16, c1);
     }
     // c3: [16][kC3Pitch], k = tap * 8 + input channel (channels-last, as its input is stored).
-    plan.c3.assign(size_t(kC3Out) * kC3Pitch, bits16(0.0f, bf16));
+    plan.c3.assign(size_t(kC3Out) * kC3Pitch, tc_bits16(0.0f, bf16));
     plan.c3_bias.assign(kC3Out, 0.0f);
     for (int o = 0; o < C3; ++o) {
       for (int c = 0; c < C1; ++c)
         for (int tap = 0; tap < 25; ++tap)
           plan.c3[size_t(o) * kC3Pitch + tap * kC3Ch + c] =
-              bits16(checked(c3.weight->values[(size_t(o) * C1 + c) * 25 + tap], bf16, c3), bf16);
+              tc_bits16(checked(c3.weight->values[(size_t(o) * C1 + c) * 25 + tap], bf16, c3), bf16);
       if (c3.bias) plan.c3_bias[size_t(o)] = checked(c3.bias->values[size_t(o)], bf16, c3);
     }
     // The dense layers: f5 reads c3's pooled output flattened CHW (channel * 25 + window), which
